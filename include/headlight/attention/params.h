@@ -1,0 +1,106 @@
+// AttentionParams: one struct that carries everything an attention kernel needs: pointers and
+// strides of the operands, head counts, lengths, and every option. Kernels (the reference here, the
+// fused ones later) take this struct and nothing else, so adding an option never grows an argument
+// list.
+//
+// Semantics, for batch b, query head h, query row i and key row j (kv head g = h / (H / H_kv)):
+//
+//   p_i     = i                  (alignment top_left: PyTorch's is_causal)
+//           = i + L_kv − L_q     (alignment bottom_right: the KV-cache convention)
+//   raw_ij  = scale · q[b,h,i,:] · k[b,g,j,:]                 scale defaults to 1/√head_dim
+//   s_ij    = softcap > 0 ? softcap · tanh(raw_ij / softcap) : raw_ij
+//           − alibi_slope[h] · |p_i − j|                      when ALiBi slopes are given
+//           + mask[b,h,i,j]                                   when the mask is additive
+//   allowed = (!causal || j ≤ p_i) && (window_left < 0 || j ≥ p_i − window_left)
+//             && (window_right < 0 || j ≤ p_i + window_right) && j < key_length[b]
+//             && mask[b,h,i,j]                                when the mask is boolean
+//   s_ij    = −inf where not allowed
+//   P_ij    = softmax_j(s_ij),  lse_i = log Σ_j exp(s_ij)
+//   P'_ij   = P_ij · keep_ij / (1 − dropout_p)   keep_ij = U(seed, ((b·H + h)·L_q + i)·L_kv + j) ≥ p
+//   out_i   = Σ_j P'_ij · v[b,g,j,:]
+//
+// A row with no allowed key has out = 0, lse = −inf and P = 0 (PyTorch would give NaN).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace headlight::attention {
+
+enum class Alignment : uint8_t { top_left, bottom_right };
+enum class MaskKind : uint8_t { none, boolean, additive };
+
+// A 4-D float operand [batch, heads, rows, dim]; the last dim is contiguous, the others are strided
+// (a stride of 0 broadcasts). Lets a packed QKV buffer, a (L, N, E) layout or a KV cache be used
+// without copies.
+struct Operand {
+  float* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+  float* at(int64_t b, int64_t h, int64_t r) const {
+    return data + b * batch_stride + h * head_stride + r * row_stride;
+  }
+};
+
+// A mask [batch, heads, rows, cols] with any strides (0 broadcasts). Boolean masks are bytes, nonzero
+// where attention is allowed; additive masks are floats added to the scores (−inf masks).
+struct MaskOperand {
+  MaskKind kind = MaskKind::none;
+  const void* data = nullptr;
+  int64_t batch_stride = 0;
+  int64_t head_stride = 0;
+  int64_t row_stride = 0;
+  int64_t col_stride = 1;
+};
+
+struct AttentionShape {
+  int64_t batch = 0;
+  int64_t heads = 0;     // query heads H
+  int64_t kv_heads = 0;  // key/value heads H_kv, dividing H (1 = multi-query)
+  int64_t len_q = 0;
+  int64_t len_kv = 0;
+  int64_t head_dim = 0;   // query/key dim
+  int64_t value_dim = 0;  // value/output dim
+};
+
+struct AttentionOptions {
+  std::optional<float> scale;  // default 1/√head_dim
+  bool causal = false;
+  Alignment alignment = Alignment::top_left;  // for causal, the window and ALiBi distances
+  int64_t window_left = -1;                   // < 0: unbounded
+  int64_t window_right = -1;                  // < 0: unbounded
+  const int64_t* key_lengths = nullptr;       // [batch], keys j ≥ key_lengths[b] are masked
+  const float* alibi_slopes = nullptr;        // [heads]
+  float softcap = 0.0f;                       // 0: off
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0;
+  MaskOperand mask;
+};
+
+struct AttentionParams {
+  AttentionShape shape;
+  AttentionOptions options;
+  // Inputs.
+  Operand q;  // [batch, heads, len_q, head_dim]
+  Operand k;  // [batch, kv_heads, len_kv, head_dim]
+  Operand v;  // [batch, kv_heads, len_kv, value_dim]
+  // Forward outputs.
+  Operand out;           // [batch, heads, len_q, value_dim]
+  float* lse = nullptr;  // [batch, heads, len_q] contiguous, optional
+  float* probs = nullptr;  // [batch, heads, len_q, len_kv] contiguous, optional (P' after dropout)
+  // Backward: the output gradient in, the input gradients out (overwritten).
+  Operand dout;  // [batch, heads, len_q, value_dim]
+  Operand dq;    // [batch, heads, len_q, head_dim]
+  Operand dk;    // [batch, kv_heads, len_kv, head_dim]
+  Operand dv;    // [batch, kv_heads, len_kv, value_dim]
+};
+
+// The scale actually used.
+float effective_scale(const AttentionParams& p);
+
+// Throws headlight::Error, naming the field, when the shape or options are inconsistent (head counts
+// not dividing, negative sizes, non-finite scale or softcap, dropout outside [0, 1), missing pointers).
+void validate(const AttentionParams& p, bool backward);
+
+}  // namespace headlight::attention

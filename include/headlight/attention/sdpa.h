@@ -1,0 +1,43 @@
+// scaled_dot_product_attention with the semantics of PyTorch 2.x's
+// torch.nn.functional.scaled_dot_product_attention, on TensorViews of any rank.
+//
+// Shapes: query (..., L, E), key (..., S, E), value (..., S, Ev) → output (..., L, Ev). Dim −3 is
+// the head dim (absent for 2-D inputs); the dims before it are batch dims and broadcast. Key/value
+// heads equal the query heads, or are 1 (shared by all), or, with enable_gqa, divide them.
+// attn_mask broadcasts to (..., L, S): bool is True where attention is allowed, float is added.
+// is_causal is the top-left aligned lower triangle. The one deliberate difference from PyTorch:
+// a query row with no allowed key outputs zeros, not NaN.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "headlight/attention/params.h"
+#include "headlight/core/tensor.h"
+#include "headlight/core/thread_context.h"
+
+namespace headlight::attention {
+
+struct SdpaOptions {
+  TensorView attn_mask;  // empty view: no mask; bool or float32
+  float dropout_p = 0.0f;
+  uint64_t dropout_seed = 0;
+  bool is_causal = false;
+  std::optional<float> scale;
+  bool enable_gqa = false;
+};
+
+struct SdpaGrads {
+  Tensor query, key, value;  // shaped like the inputs
+};
+
+Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
+                                    const TensorView& key, const TensorView& value,
+                                    const SdpaOptions& options = {});
+
+SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const TensorView& query,
+                                                const TensorView& key, const TensorView& value,
+                                                const TensorView& grad_output,
+                                                const SdpaOptions& options = {});
+
+}  // namespace headlight::attention

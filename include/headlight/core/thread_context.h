@@ -1,0 +1,81 @@
+// ThreadContext: how many threads a call may use, a deterministic partition of work among them, and
+// per-worker scratch memory kept across calls.
+//
+// There is no global pool: a caller makes a ThreadContext and passes it down. Work is split into
+// contiguous ranges that depend only on (n, number of parts), so any result that is reduced in a fixed
+// order is bitwise the same for every thread count.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace headlight {
+
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
+// Per-worker scratch: a 64-byte aligned buffer that only grows, so that repeated calls do not touch
+// fresh pages (the first touch of a page costs microseconds on these virtual machines).
+class ScratchArena {
+ public:
+  ScratchArena() = default;
+  ScratchArena(const ScratchArena&) = delete;
+  ScratchArena& operator=(const ScratchArena&) = delete;
+  ~ScratchArena();
+  // At least `count` floats, 64-byte aligned; valid until the next call to floats().
+  float* floats(size_t count);
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class ThreadContext {
+ public:
+  // num_threads <= 0 means "all the hardware threads OpenMP reports".
+  explicit ThreadContext(int num_threads = 0);
+
+  int num_threads() const { return num_threads_; }
+
+  // Part `index` of `n` items split into `parts` contiguous, near-equal ranges.
+  static Range partition(int64_t n, int parts, int index);
+
+  // Runs fn(range, worker) for each worker's part of [0, n), in parallel.
+  template <typename Fn>
+  void parallel_for(int64_t n, Fn&& fn) {
+    const int parts = static_cast<int>(std::min<int64_t>(num_threads_, std::max<int64_t>(n, 1)));
+    if (parts <= 1) {
+      fn(Range{0, n}, 0);
+      return;
+    }
+#pragma omp parallel for num_threads(parts) schedule(static, 1)
+    for (int w = 0; w < parts; ++w) fn(partition(n, parts, w), w);
+  }
+
+  ScratchArena& scratch(int worker) { return *scratch_[static_cast<size_t>(worker)]; }
+
+ private:
+  int num_threads_;
+  std::vector<std::unique_ptr<ScratchArena>> scratch_;
+};
+
+// Sets OpenMP's thread count for libraries that read it (oneDNN) for the lifetime of the guard,
+// and restores the previous value afterwards.
+class OmpThreadsGuard {
+ public:
+  explicit OmpThreadsGuard(int num_threads);
+  ~OmpThreadsGuard();
+  OmpThreadsGuard(const OmpThreadsGuard&) = delete;
+  OmpThreadsGuard& operator=(const OmpThreadsGuard&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace headlight

@@ -1,0 +1,60 @@
+// Dense matrix products through oneDNN, and the linear layer built on them.
+//
+// All matrices are row-major float32 with a leading dimension (the distance between rows, in
+// elements). oneDNN's sgemm runs on OpenMP; the number of threads comes from the ThreadContext.
+#pragma once
+
+#include <cstdint>
+
+#include "headlight/core/thread_context.h"
+
+namespace headlight::ops {
+
+// A row-major matrix operand, optionally used transposed. With transposed = false it is
+// rows × cols with element (r, c) at data[r * ld + c]; with transposed = true the stored matrix is
+// cols × rows and the product uses its transpose.
+struct MatrixArg {
+  const float* data = nullptr;
+  int64_t rows = 0;  // rows of the operand as used in the product
+  int64_t cols = 0;  // columns of the operand as used in the product
+  int64_t ld = 0;    // leading dimension of the stored matrix
+  bool transposed = false;
+};
+
+struct OutputArg {
+  float* data = nullptr;
+  int64_t ld = 0;
+  float alpha = 1.0f;  // c = alpha * a·b + beta * c
+  float beta = 0.0f;
+};
+
+// c[a.rows, b.cols] = alpha · a[a.rows, a.cols] · b[b.rows, b.cols] + beta · c.
+void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const OutputArg& c);
+
+// Shapes of a linear layer applied to `rows` input rows: y[rows, out] = x[rows, in] · Wᵀ + bias,
+// with W stored [out, in] as nn.Linear stores it.
+struct LinearShape {
+  int64_t rows = 0;
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+};
+
+// y[rows, out] (leading dim ldy) = x[rows, in] (leading dim ldx) · W[out, in]ᵀ + bias[out].
+// bias may be null.
+void linear_forward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,
+                    const float* weight, const float* bias, float* y, int64_t ldy);
+
+// Gradients of linear_forward given dy[rows, out] (leading dim ldy). Each output pointer may be
+// null to skip it; results are accumulated (+=) when `accumulate` is true, else overwritten.
+//   dx[rows, in] = dy · W          dW[out, in] = dyᵀ · x          dbias[out] = Σ_rows dy
+struct LinearGrads {
+  float* dx = nullptr;
+  int64_t lddx = 0;
+  float* dweight = nullptr;
+  float* dbias = nullptr;
+  bool accumulate = false;
+};
+void linear_backward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,
+                     const float* weight, const float* dy, int64_t ldy, const LinearGrads& grads);
+
+}  // namespace headlight::ops

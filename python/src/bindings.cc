@@ -1,0 +1,245 @@
+// pybind11 bindings: argument conversion only. Every computation is in the C++ library; the GIL is
+// released while it runs. headlight::Error becomes ValueError.
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "conversions.h"
+#include "headlight/attention/multihead_attention.h"
+#include "headlight/attention/sdpa.h"
+#include "headlight/core/cpu_info.h"
+
+namespace headlight::python {
+namespace {
+
+using attention::MhaForwardOptions;
+using attention::MultiheadAttention;
+using attention::MultiheadAttentionConfig;
+using attention::SdpaOptions;
+
+py::object maybe_array(const py::object& obj, const char* what, py::array& keep) {
+  if (obj.is_none()) return obj;
+  keep = as_mask(obj, what);
+  return keep;
+}
+
+SdpaOptions sdpa_options(const py::object& attn_mask, py::array& mask_keep, float dropout_p,
+                         bool is_causal, std::optional<double> scale, bool enable_gqa,
+                         uint64_t seed) {
+  SdpaOptions o;
+  if (!maybe_array(attn_mask, "attn_mask", mask_keep).is_none()) o.attn_mask = view_of(mask_keep);
+  o.dropout_p = dropout_p;
+  o.dropout_seed = seed;
+  o.is_causal = is_causal;
+  if (scale) o.scale = static_cast<float>(*scale);
+  o.enable_gqa = enable_gqa;
+  return o;
+}
+
+// The Python MultiheadAttention: the C++ module plus the thread context it runs on.
+struct PyMultiheadAttention {
+  MultiheadAttention module;
+  ThreadContext ctx;
+};
+
+py::dict tensors_to_dict(const MultiheadAttention& m, bool grads) {
+  py::dict out;
+  for (const std::string& name : m.parameter_names()) {
+    const Tensor& t = grads ? m.grad(name) : m.parameter(name);
+    out[py::str(name)] = to_numpy(contiguous_copy(t.view()));
+  }
+  return out;
+}
+
+py::tuple mha_forward(PyMultiheadAttention& self, const py::object& query, const py::object& key,
+                      const py::object& value, const py::object& key_padding_mask,
+                      bool need_weights, const py::object& attn_mask, bool average_attn_weights,
+                      bool is_causal) {
+  py::array q = as_float32(query, "query"), k = as_float32(key, "key");
+  py::array v = as_float32(value, "value"), kpm_keep, am_keep;
+  MhaForwardOptions o;
+  if (!maybe_array(key_padding_mask, "key_padding_mask", kpm_keep).is_none())
+    o.key_padding_mask = view_of(kpm_keep);
+  if (!maybe_array(attn_mask, "attn_mask", am_keep).is_none()) o.attn_mask = view_of(am_keep);
+  o.need_weights = need_weights;
+  o.average_attn_weights = average_attn_weights;
+  o.is_causal = is_causal;
+  attention::MhaOutput out;
+  {
+    py::gil_scoped_release release;
+    out = self.module.forward(self.ctx, view_of(q), view_of(k), view_of(v), o);
+  }
+  py::object weights = py::none();
+  if (out.weights.defined()) weights = to_numpy(std::move(out.weights));
+  return py::make_tuple(to_numpy(std::move(out.output)), weights);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_headlight, m) {
+  m.doc() = "headlight: multi-head attention kernels, a PyTorch-compatible module, head inspection";
+  py::register_exception<Error>(m, "HeadlightError", PyExc_ValueError);
+
+  m.def(
+      "scaled_dot_product_attention",
+      [](const py::object& query, const py::object& key, const py::object& value,
+         const py::object& attn_mask, float dropout_p, bool is_causal, std::optional<double> scale,
+         bool enable_gqa, uint64_t seed) {
+        py::array q = as_float32(query, "query"), k = as_float32(key, "key");
+        py::array v = as_float32(value, "value"), mask_keep;
+        SdpaOptions o =
+            sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa, seed);
+        Tensor out;
+        {
+          py::gil_scoped_release release;
+          ThreadContext ctx;
+          out = attention::scaled_dot_product_attention(ctx, view_of(q), view_of(k), view_of(v), o);
+        }
+        return to_numpy(std::move(out));
+      },
+      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
+      py::arg("dropout_p") = 0.0f, py::arg("is_causal") = false, py::arg("scale") = py::none(),
+      py::arg("enable_gqa") = false, py::kw_only(), py::arg("seed") = 0,
+      "PyTorch's scaled_dot_product_attention semantics; a row with no allowed key gives zeros.");
+
+  m.def(
+      "scaled_dot_product_attention_backward",
+      [](const py::object& query, const py::object& key, const py::object& value,
+         const py::object& grad_output, const py::object& attn_mask, bool is_causal,
+         std::optional<double> scale, bool enable_gqa) {
+        py::array q = as_float32(query, "query"), k = as_float32(key, "key");
+        py::array v = as_float32(value, "value"), go = as_float32(grad_output, "grad_output");
+        py::array mask_keep;
+        SdpaOptions o = sdpa_options(attn_mask, mask_keep, 0.0f, is_causal, scale, enable_gqa, 0);
+        attention::SdpaGrads g;
+        {
+          py::gil_scoped_release release;
+          ThreadContext ctx;
+          g = attention::scaled_dot_product_attention_backward(ctx, view_of(q), view_of(k),
+                                                               view_of(v), view_of(go), o);
+        }
+        return py::make_tuple(to_numpy(std::move(g.query)), to_numpy(std::move(g.key)),
+                              to_numpy(std::move(g.value)));
+      },
+      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("grad_output"),
+      py::arg("attn_mask") = py::none(), py::arg("is_causal") = false,
+      py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
+      "Gradients (grad_query, grad_key, grad_value) of scaled_dot_product_attention.");
+
+  py::class_<PyMultiheadAttention>(m, "MultiheadAttention")
+      .def(py::init([](int64_t embed_dim, int64_t num_heads, float dropout, bool bias,
+                       bool add_bias_kv, bool add_zero_attn, std::optional<int64_t> kdim,
+                       std::optional<int64_t> vdim, bool batch_first,
+                       std::optional<int64_t> num_kv_heads, uint64_t seed,
+                       std::optional<int> threads) {
+             MultiheadAttentionConfig c;
+             c.embed_dim = embed_dim;
+             c.num_heads = num_heads;
+             c.dropout = dropout;
+             c.bias = bias;
+             c.add_bias_kv = add_bias_kv;
+             c.add_zero_attn = add_zero_attn;
+             if (kdim) check(*kdim > 0, "kdim: must be positive, got {}", *kdim);
+             if (vdim) check(*vdim > 0, "vdim: must be positive, got {}", *vdim);
+             if (num_kv_heads)
+               check(*num_kv_heads > 0, "num_kv_heads: must be positive, got {}", *num_kv_heads);
+             c.kdim = kdim.value_or(0);
+             c.vdim = vdim.value_or(0);
+             c.batch_first = batch_first;
+             c.num_kv_heads = num_kv_heads.value_or(0);
+             return new PyMultiheadAttention{MultiheadAttention(c, seed),
+                                             ThreadContext(threads.value_or(0))};
+           }),
+           py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0f,
+           py::arg("bias") = true, py::arg("add_bias_kv") = false,
+           py::arg("add_zero_attn") = false, py::arg("kdim") = py::none(),
+           py::arg("vdim") = py::none(), py::arg("batch_first") = false,
+           py::arg("num_kv_heads") = py::none(), py::kw_only(), py::arg("seed") = 0,
+           py::arg("threads") = py::none())
+      .def_property_readonly("embed_dim", [](const PyMultiheadAttention& s) { return s.module.config().embed_dim; })
+      .def_property_readonly("num_heads", [](const PyMultiheadAttention& s) { return s.module.config().num_heads; })
+      .def_property_readonly("num_kv_heads", [](const PyMultiheadAttention& s) { return s.module.config().num_kv_heads; })
+      .def_property_readonly("head_dim", [](const PyMultiheadAttention& s) { return s.module.head_dim(); })
+      .def_property_readonly("kdim", [](const PyMultiheadAttention& s) { return s.module.config().kdim; })
+      .def_property_readonly("vdim", [](const PyMultiheadAttention& s) { return s.module.config().vdim; })
+      .def_property_readonly("batch_first", [](const PyMultiheadAttention& s) { return s.module.config().batch_first; })
+      .def_property_readonly("dropout", [](const PyMultiheadAttention& s) { return s.module.config().dropout; })
+      .def_property_readonly("training", [](const PyMultiheadAttention& s) { return s.module.training(); })
+      .def("train",
+           [](PyMultiheadAttention& s, bool mode) -> PyMultiheadAttention& {
+             s.module.set_training(mode);
+             return s;
+           },
+           py::arg("mode") = true, py::return_value_policy::reference)
+      .def("eval",
+           [](PyMultiheadAttention& s) -> PyMultiheadAttention& {
+             s.module.set_training(false);
+             return s;
+           },
+           py::return_value_policy::reference)
+      .def("state_dict", [](const PyMultiheadAttention& s) { return tensors_to_dict(s.module, false); })
+      .def(
+          "load_state_dict",
+          [](PyMultiheadAttention& s, const py::dict& state) {
+            std::map<std::string, py::array> keep;
+            std::map<std::string, TensorView> views;
+            for (auto [key, value] : state) {
+              const std::string name = py::str(key);
+              keep[name] = as_float32(value, name.c_str());
+              views[name] = view_of(keep[name]);
+            }
+            s.module.load_state_dict(views);
+          },
+          py::arg("state_dict"))
+      .def_property_readonly("grads", [](const PyMultiheadAttention& s) { return tensors_to_dict(s.module, true); })
+      .def_property(
+          "head_gates",
+          [](const PyMultiheadAttention& s) { return to_numpy(contiguous_copy(s.module.head_gates().view())); },
+          [](PyMultiheadAttention& s, const py::object& gates) {
+            py::array g = as_float32(gates, "head_gates");
+            TensorView v = view_of(g);
+            check(v.shape() == s.module.head_gates().shape(), "head_gates: shape {} must be {}",
+                  shape_string(v.shape()), shape_string(s.module.head_gates().shape()));
+            s.module.head_gates() = contiguous_copy(v);
+          })
+      .def_property_readonly("head_gates_grad", [](const PyMultiheadAttention& s) {
+        return to_numpy(contiguous_copy(s.module.head_gates_grad().view()));
+      })
+      .def("forward", &mha_forward, py::arg("query"), py::arg("key"), py::arg("value"),
+           py::arg("key_padding_mask") = py::none(), py::arg("need_weights") = true,
+           py::arg("attn_mask") = py::none(), py::arg("average_attn_weights") = true,
+           py::arg("is_causal") = false)
+      .def("__call__", &mha_forward, py::arg("query"), py::arg("key"), py::arg("value"),
+           py::arg("key_padding_mask") = py::none(), py::arg("need_weights") = true,
+           py::arg("attn_mask") = py::none(), py::arg("average_attn_weights") = true,
+           py::arg("is_causal") = false)
+      .def(
+          "backward",
+          [](PyMultiheadAttention& s, const py::object& grad_output) {
+            py::array go = as_float32(grad_output, "grad_output");
+            attention::MhaInputGrads g;
+            {
+              py::gil_scoped_release release;
+              g = s.module.backward(s.ctx, view_of(go));
+            }
+            return py::make_tuple(to_numpy(std::move(g.query)), to_numpy(std::move(g.key)),
+                                  to_numpy(std::move(g.value)));
+          },
+          py::arg("grad_output"));
+
+  m.def("cpu_info", [] {
+    CpuInfo info = cpu_info();
+    py::dict d;
+    d["model_name"] = info.model_name;
+    d["best_target"] = info.best_target;
+    d["supported_targets"] = info.supported_targets;
+    d["hardware_threads"] = info.hardware_threads;
+    return d;
+  });
+}
+
+}  // namespace headlight::python

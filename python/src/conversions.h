@@ -1,0 +1,26 @@
+// numpy <-> headlight conversions for the bindings: arrays in as TensorViews (float32 or bool, any
+// strides), Tensors out as numpy arrays that own their buffer.
+#pragma once
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include "headlight/core/tensor.h"
+
+namespace headlight::python {
+
+namespace py = pybind11;
+
+// An array holding `obj` as float32 (converted when it has another dtype); throws ValueError
+// naming `what` when `obj` is not array-like.
+py::array as_float32(const py::handle& obj, const char* what);
+// A mask array: bool arrays stay bool, anything else becomes float32.
+py::array as_mask(const py::handle& obj, const char* what);
+
+// A view of an array produced by as_float32/as_mask (it must outlive the view).
+TensorView view_of(const py::array& array);
+
+// Moves `tensor` into a numpy array that owns it.
+py::array to_numpy(Tensor&& tensor);
+
+}  // namespace headlight::python

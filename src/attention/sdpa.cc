@@ -1,0 +1,194 @@
+// PyTorch-semantics front end: turns TensorViews of any rank (with broadcasting, GQA and masks) into
+// one AttentionParams over [batch, heads, len, dim] operands, without copying whenever the batch dims
+// can be walked with a single stride, and runs the kernel.
+
+#include "headlight/attention/sdpa.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "headlight/attention/reference.h"
+
+namespace headlight::attention {
+namespace {
+
+// The single stride that walks the `nb` leading (batch) dims of `v` in row-major order, if any.
+std::optional<int64_t> batch_stride(const TensorView& v, int64_t nb) {
+  std::optional<int64_t> stride;
+  int64_t expect = -1;  // the stride the next outer dim must have
+  for (int64_t d = nb - 1; d >= 0; --d) {
+    const int64_t size = v.shape()[d], st = v.strides()[d];
+    if (size == 1) continue;
+    if (!stride) {
+      stride = st;
+    } else if (st != expect) {
+      return std::nullopt;
+    }
+    expect = st * size;
+  }
+  return stride.value_or(0);
+}
+
+// `v` has shape batch + [heads, rows, dim]; returns the 4-D operand and its flat batch count,
+// copying `v` into `keep` when it cannot be described by strides.
+Operand operand_of(const TensorView& v, int64_t nb, std::vector<Tensor>& keep) {
+  std::optional<int64_t> bs = batch_stride(v, nb);
+  if (!bs || (v.size(-1) > 1 && v.stride(-1) != 1)) {
+    keep.push_back(contiguous_copy(v));
+    return operand_of(keep.back().view(), nb, keep);
+  }
+  return Operand{v.data_as<float>(), *bs, v.stride(-3), v.stride(-2)};
+}
+
+std::string shapes_of(const TensorView& q, const TensorView& k, const TensorView& v) {
+  return fmt::format("query {}, key {}, value {}", shape_string(q.shape()), shape_string(k.shape()),
+                     shape_string(v.shape()));
+}
+
+struct Prepared {
+  AttentionParams params;
+  Shape batch;      // broadcast batch dims
+  Shape out_shape;  // output shape as the user sees it
+  int64_t kv_heads_full = 1;  // broadcast key/value heads (before MQA folding)
+  std::vector<Tensor> keep;   // copies the operands point into
+};
+
+Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const SdpaOptions& o) {
+  Prepared r;
+  const char* names[3] = {"query", "key", "value"};
+  const TensorView* views[3] = {&q, &k, &v};
+  for (int t = 0; t < 3; ++t) {
+    check(views[t]->dtype() == DType::f32, "{}: dtype must be float32, got {}", names[t],
+          dtype_name(views[t]->dtype()));
+    check(views[t]->dim() >= 2, "{}: expected at least 2 dims (..., length, dim), got shape {}",
+          names[t], shape_string(views[t]->shape()));
+  }
+  const int64_t L = q.size(-2), E = q.size(-1), S = k.size(-2), Ev = v.size(-1);
+  check(k.size(-1) == E, "key: last dim {} must equal query's last dim {} ({})", k.size(-1), E,
+        shapes_of(q, k, v));
+  check(v.size(-2) == S, "value: length {} must equal key's length {} ({})", v.size(-2), S,
+        shapes_of(q, k, v));
+  auto heads = [](const TensorView& t) { return t.dim() >= 3 ? t.size(-3) : int64_t{1}; };
+  const int64_t Hq = heads(q), Hk = heads(k), Hv = heads(v);
+  check(Hk == Hv || (!o.enable_gqa && (Hk == 1 || Hv == 1)),
+        "key/value: head counts {} and {} differ ({})", Hk, Hv, shapes_of(q, k, v));
+  const int64_t Hkv = std::max(Hk, Hv);
+  check(Hkv == Hq || Hkv == 1 || (o.enable_gqa && Hq % Hkv == 0),
+        "key: {} heads do not match query's {} heads ({}){}", Hkv, Hq, shapes_of(q, k, v),
+        o.enable_gqa ? "; with enable_gqa the key/value heads must divide the query heads"
+                     : "; pass enable_gqa=True to share key/value heads among query heads");
+  auto batch_dims = [](const TensorView& t) {
+    return t.dim() > 3 ? Shape(t.shape().begin(), t.shape().end() - 3) : Shape{};
+  };
+  const std::string bname = "query/key/value batch dims (" + shapes_of(q, k, v) + ")";
+  r.batch = broadcast_shapes(broadcast_shapes(batch_dims(q), batch_dims(k), bname), batch_dims(v),
+                             bname);
+  const int64_t nb = static_cast<int64_t>(r.batch.size());
+  checked_numel(r.batch, "batch dims");
+  auto full = [&](int64_t h, int64_t len, int64_t dim) {
+    Shape s = r.batch;
+    s.insert(s.end(), {h, len, dim});
+    return s;
+  };
+  const TensorView qb = q.with_rank(std::max<int64_t>(q.dim(), 3)).broadcast_to(full(Hq, L, E), "query");
+  const TensorView kb = k.with_rank(std::max<int64_t>(k.dim(), 3)).broadcast_to(full(Hkv, S, E), "key");
+  const TensorView vb = v.with_rank(std::max<int64_t>(v.dim(), 3)).broadcast_to(full(Hkv, S, Ev), "value");
+
+  const int64_t rank = std::max({q.dim(), k.dim(), v.dim()});
+  if (rank >= 3) {
+    r.out_shape = r.batch;
+    r.out_shape.push_back(Hq);
+  }
+  r.out_shape.insert(r.out_shape.end(), {L, Ev});
+  checked_numel(r.out_shape, "output");
+  r.kv_heads_full = Hkv;
+
+  AttentionParams& p = r.params;
+  int64_t B = 1;
+  for (int64_t d : r.batch) B *= d;
+  p.shape = AttentionShape{B, Hq, Hkv, L, S, E, Ev};
+  p.q = operand_of(qb, nb, r.keep);
+  p.k = operand_of(kb, nb, r.keep);
+  p.v = operand_of(vb, nb, r.keep);
+  p.options.causal = o.is_causal;
+  p.options.alignment = Alignment::top_left;
+  p.options.scale = o.scale;
+  p.options.dropout_p = o.dropout_p;
+  p.options.dropout_seed = o.dropout_seed;
+  check(!o.scale || std::isfinite(*o.scale), "scale: must be finite, got {}", o.scale.value_or(0));
+  check(o.dropout_p >= 0.0f && o.dropout_p < 1.0f, "dropout_p: must be in [0, 1), got {}",
+        o.dropout_p);
+
+  if (!o.attn_mask.empty_view()) {
+    const TensorView& m = o.attn_mask;
+    check(m.dtype() == DType::boolean || m.dtype() == DType::f32,
+          "attn_mask: dtype must be bool or float32, got {}", dtype_name(m.dtype()));
+    Shape want = full(Hq, L, S);
+    check(m.dim() <= static_cast<int64_t>(want.size()),
+          "attn_mask: shape {} does not broadcast to (batch..., heads, L, S) = {}",
+          shape_string(m.shape()), shape_string(want));
+    TensorView mb = m.broadcast_to(want, "attn_mask (must broadcast to " + shape_string(want) + ")");
+    std::optional<int64_t> bs = batch_stride(mb, nb);
+    if (!bs) {
+      r.keep.push_back(contiguous_copy(mb));
+      mb = r.keep.back().view();
+      bs = batch_stride(mb, nb);
+    }
+    p.options.mask = MaskOperand{m.dtype() == DType::boolean ? MaskKind::boolean : MaskKind::additive,
+                                 mb.data(), *bs, mb.stride(-3), mb.stride(-2), mb.stride(-1)};
+  }
+  return r;
+}
+
+}  // namespace
+
+Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
+                                    const TensorView& key, const TensorView& value,
+                                    const SdpaOptions& options) {
+  Prepared r = prepare(query, key, value, options);
+  Tensor out(DType::f32, r.out_shape);
+  const AttentionShape& s = r.params.shape;
+  r.params.out = Operand{out.data(), s.heads * s.len_q * s.value_dim, s.len_q * s.value_dim,
+                         s.value_dim};
+  reference::forward(r.params);
+  return out;
+}
+
+SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const TensorView& query,
+                                                const TensorView& key, const TensorView& value,
+                                                const TensorView& grad_output,
+                                                const SdpaOptions& options) {
+  Prepared r = prepare(query, key, value, options);
+  check(grad_output.dtype() == DType::f32, "grad_output: dtype must be float32, got {}",
+        dtype_name(grad_output.dtype()));
+  check(grad_output.shape() == r.out_shape, "grad_output: expected the output's shape {}, got {}",
+        shape_string(r.out_shape), shape_string(grad_output.shape()));
+  const AttentionShape& s = r.params.shape;
+  const int64_t nb = static_cast<int64_t>(r.batch.size());
+  r.params.dout = operand_of(grad_output.with_rank(nb + 3), nb, r.keep);
+
+  auto full = [&](int64_t h, int64_t len, int64_t dim) {
+    Shape sh = r.batch;
+    sh.insert(sh.end(), {h, len, dim});
+    return sh;
+  };
+  Tensor dq(DType::f32, full(s.heads, s.len_q, s.head_dim));
+  Tensor dk(DType::f32, full(s.kv_heads, s.len_kv, s.head_dim));
+  Tensor dv(DType::f32, full(s.kv_heads, s.len_kv, s.value_dim));
+  auto contiguous_operand = [](Tensor& t) {
+    return Operand{t.data(), t.size(-3) * t.size(-2) * t.size(-1), t.size(-2) * t.size(-1),
+                   t.size(-1)};
+  };
+  r.params.dq = contiguous_operand(dq);
+  r.params.dk = contiguous_operand(dk);
+  r.params.dv = contiguous_operand(dv);
+  reference::backward(r.params);
+  return SdpaGrads{sum_to_shape(dq, query.shape()), sum_to_shape(dk, key.shape()),
+                   sum_to_shape(dv, value.shape())};
+}
+
+}  // namespace headlight::attention

@@ -1,0 +1,96 @@
+// CPU report and the FMA peak probe, dispatched to the best SIMD target with Highway.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/core/cpu_info.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "src/core/fma_peak-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace headlight {
+namespace HWY_NAMESPACE {
+
+double FmaPeakRun(int64_t iterations, float* sink) { return FmaChains(iterations, sink); }
+int FmaPeakLanes() { return FloatLanes(); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace headlight
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <string>
+
+#include "headlight/core/cpu_info.h"
+
+namespace headlight {
+
+HWY_EXPORT(FmaPeakRun);
+HWY_EXPORT(FmaPeakLanes);
+
+CpuInfo cpu_info() {
+  CpuInfo info;
+  info.model_name = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) info.model_name = line.substr(colon + 2);
+      break;
+    }
+  }
+  const int64_t supported = hwy::SupportedTargets();
+  for (int64_t bits = supported & HWY_TARGETS; bits != 0; bits &= bits - 1) {
+    const int64_t target = bits & -bits;
+    info.supported_targets.emplace_back(hwy::TargetName(target));
+  }
+  // Highway numbers better targets with lower bits.
+  if (!info.supported_targets.empty()) info.best_target = info.supported_targets.front();
+  info.hardware_threads = ThreadContext().num_threads();
+  return info;
+}
+
+PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds_per_repeat) {
+  using Clock = std::chrono::steady_clock;
+  PeakMeasurement result;
+  result.threads = ctx.num_threads();
+  result.lanes = HWY_DYNAMIC_DISPATCH(FmaPeakLanes)();
+  // Calibrate the iteration count on one thread.
+  float sink = 0;
+  int64_t iterations = 1 << 16;
+  for (;;) {
+    const auto t0 = Clock::now();
+    HWY_DYNAMIC_DISPATCH(FmaPeakRun)(iterations, &sink);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    if (s > seconds_per_repeat / 4 || iterations > (int64_t{1} << 40)) {
+      iterations = static_cast<int64_t>(static_cast<double>(iterations) * seconds_per_repeat /
+                                        std::max(s, 1e-9));
+      break;
+    }
+    iterations *= 4;
+  }
+  std::vector<float> sinks(static_cast<size_t>(ctx.num_threads()), 0.0f);
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    double flops = 0;
+    const auto t0 = Clock::now();
+    ctx.parallel_for(ctx.num_threads(), [&](Range range, int worker) {
+      double f = 0;
+      for (int64_t i = range.begin; i < range.end; ++i)
+        f += HWY_DYNAMIC_DISPATCH(FmaPeakRun)(iterations, &sinks[static_cast<size_t>(worker)]);
+#pragma omp atomic
+      flops += f;
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.gflops = std::max(result.gflops, flops / s * 1e-9);
+  }
+  if (sink + sinks[0] == 12345.678f) result.gflops += 0;  // keep the sinks alive
+  return result;
+}
+
+}  // namespace headlight
+
+#endif  // HWY_ONCE

@@ -1,0 +1,92 @@
+#include "headlight/ops/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "headlight/core/error.h"
+#include "headlight/core/rng.h"
+
+namespace headlight::ops {
+namespace {
+
+std::vector<float> random_vector(size_t n, uint64_t seed) {
+  Generator g(seed);
+  std::vector<float> v(n);
+  for (auto& x : v) x = g.uniform(-1.0f, 1.0f);
+  return v;
+}
+
+struct Case {
+  int64_t m, n, k;
+  bool ta, tb;
+};
+
+TEST(Matmul, MatchesNaiveProductForEveryTransposeAndOddShapes) {
+  ThreadContext ctx(2);
+  for (Case c : {Case{1, 1, 1, false, false}, Case{7, 13, 5, false, true}, Case{33, 17, 65, true, false},
+                 Case{64, 31, 19, true, true}, Case{3, 250, 129, false, false}}) {
+    // Stored shapes: a is m×k (or k×m when transposed), b is k×n (or n×k); pad leading dims by 3.
+    const int64_t lda = (c.ta ? c.m : c.k) + 3, ldb = (c.tb ? c.k : c.n) + 3, ldc = c.n + 2;
+    auto a = random_vector(static_cast<size_t>((c.ta ? c.k : c.m) * lda), 1);
+    auto b = random_vector(static_cast<size_t>((c.tb ? c.n : c.k) * ldb), 2);
+    std::vector<float> out(static_cast<size_t>(c.m * ldc), 0.5f);
+    matmul(ctx, {a.data(), c.m, c.k, lda, c.ta}, {b.data(), c.k, c.n, ldb, c.tb},
+           {out.data(), ldc, 2.0f, 1.0f});
+    for (int64_t i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double av = c.ta ? a[p * lda + i] : a[i * lda + p];
+          const double bv = c.tb ? b[j * ldb + p] : b[p * ldb + j];
+          s += av * bv;
+        }
+        ASSERT_NEAR(out[i * ldc + j], 2.0 * s + 0.5, 1e-4 * (1 + std::fabs(s)))
+            << c.m << "x" << c.n << "x" << c.k << " at " << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(Matmul, RejectsMismatchedInnerDimensions) {
+  ThreadContext ctx(1);
+  float x = 0;
+  EXPECT_THROW(matmul(ctx, {&x, 2, 3, 3}, {&x, 4, 2, 2}, {&x, 2}), Error);
+}
+
+TEST(Linear, ForwardAndBackwardMatchNaiveLoops) {
+  ThreadContext ctx(2);
+  const LinearShape s{9, 6, 5};
+  auto x = random_vector(9 * 6, 3), w = random_vector(5 * 6, 4), bias = random_vector(5, 5);
+  auto dy = random_vector(9 * 5, 6);
+  std::vector<float> y(9 * 5), dx(9 * 6), dw(5 * 6), db(5);
+  linear_forward(ctx, s, x.data(), 6, w.data(), bias.data(), y.data(), 5);
+  linear_backward(ctx, s, x.data(), 6, w.data(), dy.data(), 5,
+                  {dx.data(), 6, dw.data(), db.data(), false});
+  for (int r = 0; r < 9; ++r)
+    for (int o = 0; o < 5; ++o) {
+      double v = bias[o];
+      for (int i = 0; i < 6; ++i) v += double(x[r * 6 + i]) * w[o * 6 + i];
+      EXPECT_NEAR(y[r * 5 + o], v, 1e-5);
+    }
+  for (int r = 0; r < 9; ++r)
+    for (int i = 0; i < 6; ++i) {
+      double v = 0;
+      for (int o = 0; o < 5; ++o) v += double(dy[r * 5 + o]) * w[o * 6 + i];
+      EXPECT_NEAR(dx[r * 6 + i], v, 1e-5);
+    }
+  for (int o = 0; o < 5; ++o) {
+    double vb = 0;
+    for (int r = 0; r < 9; ++r) vb += dy[r * 5 + o];
+    EXPECT_NEAR(db[o], vb, 1e-5);
+    for (int i = 0; i < 6; ++i) {
+      double v = 0;
+      for (int r = 0; r < 9; ++r) v += double(dy[r * 5 + o]) * x[r * 6 + i];
+      EXPECT_NEAR(dw[o * 6 + i], v, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace headlight::ops
