@@ -1,0 +1,50 @@
+# headlight: `make demo` and `make test` do all the set-up (Debian packages, the Python virtual
+# environment with pinned packages, configure, build) and then run the demo or every test.
+
+SHELL := /bin/bash
+PRESET ?= release
+BUILD := build/$(PRESET)
+VENV := .venv
+PY := $(VENV)/bin/python
+JOBS ?= $(shell nproc)
+
+.PHONY: all deps venv configure build demo test test-cpp test-python clean format
+
+all: build
+
+deps:
+	@bash scripts/install-deps
+
+$(VENV)/.installed: python/requirements-dev.txt | deps
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+configure: venv
+	cmake --preset $(PRESET) -DHEADLIGHT_BUILD_PYTHON=ON -DHEADLIGHT_BUILD_CLI=ON \
+	  -Dpybind11_DIR="$$($(PY) -m pybind11 --cmakedir)" > $(BUILD).configure.log 2>&1 || \
+	  { cat $(BUILD).configure.log; exit 1; }
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+	@# Make the build tree's Python package importable from the virtual environment.
+	@echo "$(CURDIR)/$(BUILD)/python" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/headlight-build.pth"
+
+demo: build
+	$(BUILD)/apps/cli/headlight attention-demo
+
+test-cpp: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+test-python: build
+	$(PY) -m pytest python/tests -q
+
+test: test-cpp test-python
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf build

@@ -1,0 +1,13 @@
+// Each subcommand of the `headlight` tool registers itself on the app; the files hold parsing and
+// printing only.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace headlight::cli {
+
+void add_version(CLI::App& app);
+void add_attention_demo(CLI::App& app);
+void add_bench(CLI::App& app);
+
+}  // namespace headlight::cli
