@@ -1,0 +1,57 @@
+// Helpers for the attention tests: random contiguous operands and AttentionParams over them.
+#pragma once
+
+#include <vector>
+
+#include "headlight/attention/params.h"
+#include "headlight/core/rng.h"
+
+namespace headlight::attention::testing {
+
+// Contiguous [batch, heads, rows, dim] buffers for one attention problem.
+struct Problem {
+  AttentionShape shape;
+  std::vector<float> q, k, v, out, lse, probs, dout, dq, dk, dv;
+
+  explicit Problem(const AttentionShape& s, uint64_t seed = 1) : shape(s) {
+    Generator g(seed);
+    auto fill = [&](std::vector<float>& x, int64_t n) {
+      x.resize(static_cast<size_t>(n));
+      for (auto& e : x) e = g.uniform(-1.0f, 1.0f);
+    };
+    fill(q, s.batch * s.heads * s.len_q * s.head_dim);
+    fill(k, s.batch * s.kv_heads * s.len_kv * s.head_dim);
+    fill(v, s.batch * s.kv_heads * s.len_kv * s.value_dim);
+    fill(dout, s.batch * s.heads * s.len_q * s.value_dim);
+    out.assign(static_cast<size_t>(s.batch * s.heads * s.len_q * s.value_dim), 0.0f);
+    lse.assign(static_cast<size_t>(s.batch * s.heads * s.len_q), 0.0f);
+    probs.assign(static_cast<size_t>(s.batch * s.heads * s.len_q * s.len_kv), 0.0f);
+    dq.assign(q.size(), 0.0f);
+    dk.assign(k.size(), 0.0f);
+    dv.assign(v.size(), 0.0f);
+  }
+
+  static Operand operand(std::vector<float>& x, int64_t heads, int64_t rows, int64_t dim) {
+    return Operand{x.data(), heads * rows * dim, rows * dim, dim};
+  }
+
+  AttentionParams params(const AttentionOptions& options = {}) {
+    const AttentionShape& s = shape;
+    AttentionParams p;
+    p.shape = s;
+    p.options = options;
+    p.q = operand(q, s.heads, s.len_q, s.head_dim);
+    p.k = operand(k, s.kv_heads, s.len_kv, s.head_dim);
+    p.v = operand(v, s.kv_heads, s.len_kv, s.value_dim);
+    p.out = operand(out, s.heads, s.len_q, s.value_dim);
+    p.lse = lse.data();
+    p.probs = probs.data();
+    p.dout = operand(dout, s.heads, s.len_q, s.value_dim);
+    p.dq = operand(dq, s.heads, s.len_q, s.head_dim);
+    p.dk = operand(dk, s.kv_heads, s.len_kv, s.head_dim);
+    p.dv = operand(dv, s.kv_heads, s.len_kv, s.value_dim);
+    return p;
+  }
+};
+
+}  // namespace headlight::attention::testing
