@@ -23,6 +23,7 @@ $(VENV)/.installed: python/requirements-dev.txt | deps
 venv: $(VENV)/.installed
 
 configure: venv
+	@mkdir -p build
 	cmake --preset $(PRESET) \
 	  -Dpybind11_DIR="$$($(PY) -m pybind11 --cmakedir)" > $(BUILD).configure.log 2>&1 || \
 	  { cat $(BUILD).configure.log; exit 1; }

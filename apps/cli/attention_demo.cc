@@ -59,11 +59,13 @@ std::string shade(float w, float row_max) {
 void add_attention_demo(CLI::App& app) {
   auto args = std::make_shared<DemoArgs>();
   auto* cmd = app.add_subcommand(
-      "attention-demo", "Multi-head self-attention over a sentence; each head's attention as a heatmap");
+      "attention-demo",
+      "Multi-head self-attention over a sentence; each head's attention as a heatmap");
   cmd->add_option("--text", args->text, "Words separated by spaces")->capture_default_str();
   cmd->add_option("--heads", args->heads, "Attention heads")->capture_default_str();
   cmd->add_option("--embed-dim", args->embed_dim, "Embedding width")->capture_default_str();
-  cmd->add_option("--seed", args->seed, "Seed of the weights and embeddings")->capture_default_str();
+  cmd->add_option("--seed", args->seed, "Seed of the weights and embeddings")
+      ->capture_default_str();
   cmd->add_flag("--causal", args->causal, "Causal mask (each word sees only earlier words)");
   cmd->add_flag("--json", args->json, "Print the attention matrices as JSON");
   cmd->callback([args] {
@@ -98,10 +100,12 @@ void add_attention_demo(CLI::App& app) {
     }
     size_t width = 0;
     for (const auto& word : words) width = std::max(width, word.size());
-    fmt::print("Multi-head self-attention over {} words, {} heads of dim {} (seeded random weights{}).\n",
-               L, H, args->embed_dim / H, args->causal ? ", causal" : "");
-    fmt::print("Rows are queries, columns keys (numbered mod 10); darker = more attention, relative\n"
-               "to the row's largest weight; the arrow names the most attended word.\n");
+    fmt::print(
+        "Multi-head self-attention over {} words, {} heads of dim {} (seeded random weights{}).\n",
+        L, H, args->embed_dim / H, args->causal ? ", causal" : "");
+    fmt::print(
+        "Rows are queries, columns keys (numbered mod 10); darker = more attention, relative\n"
+        "to the row's largest weight; the arrow names the most attended word.\n");
     for (int64_t h = 0; h < H; ++h) {
       fmt::print("\nhead {}\n{:>{}}  ", h, "", width);
       for (int64_t j = 0; j < L; ++j) fmt::print("{:<2}", j % 10);

@@ -16,7 +16,8 @@ nlohmann::json timing_json(const Timing& t) {
 }  // namespace
 
 void add_bench(CLI::App& app) {
-  auto* bench = app.add_subcommand("bench", "Benchmarks, reported as a fraction of this machine's peak");
+  auto* bench =
+      app.add_subcommand("bench", "Benchmarks, reported as a fraction of this machine's peak");
   bench->require_subcommand(1);
 
   struct PeakArgs {
@@ -25,16 +26,19 @@ void add_bench(CLI::App& app) {
     bool json = false;
   };
   auto peak_args = std::make_shared<PeakArgs>();
-  auto* peak = bench->add_subcommand("peak", "FP32 FMA peak (GFLOP/s) of an in-register microbenchmark");
+  auto* peak =
+      bench->add_subcommand("peak", "FP32 FMA peak (GFLOP/s) of an in-register microbenchmark");
   peak->add_option("--threads", peak_args->threads, "Threads")->capture_default_str();
-  peak->add_option("--repeats", peak_args->repeats, "Repeats (the best is reported)")->capture_default_str();
+  peak->add_option("--repeats", peak_args->repeats, "Repeats (the best is reported)")
+      ->capture_default_str();
   peak->add_flag("--json", peak_args->json, "Machine-readable output");
   peak->callback([peak_args] {
     const bench::PeakReport r = bench::measure_peak(peak_args->threads, peak_args->repeats);
     if (peak_args->json) {
-      fmt::print("{}\n", nlohmann::json{{"peak_gflops", r.gflops}, {"threads", r.threads},
-                                        {"simd_target", r.target}}
-                             .dump(2));
+      fmt::print("{}\n",
+                 nlohmann::json{
+                     {"peak_gflops", r.gflops}, {"threads", r.threads}, {"simd_target", r.target}}
+                     .dump(2));
     } else {
       fmt::print("FMA peak: {:.1f} GFLOP/s on {} thread(s) ({})\n", r.gflops, r.threads, r.target);
     }
@@ -42,26 +46,34 @@ void add_bench(CLI::App& app) {
 
   auto mm = std::make_shared<bench::MatmulBenchConfig>();
   auto mm_json = std::make_shared<bool>(false);
-  auto* matmul = bench->add_subcommand("matmul", "oneDNN matrix product C[m,n] = A[m,k]·B[k,n] (B stored [n,k])");
+  auto* matmul = bench->add_subcommand(
+      "matmul", "oneDNN matrix product C[m,n] = A[m,k]·B[k,n] (B stored [n,k])");
   matmul->add_option("--m", mm->m, "Rows of A and C")->capture_default_str();
   matmul->add_option("--n", mm->n, "Columns of B and C")->capture_default_str();
   matmul->add_option("--k", mm->k, "Inner dimension")->capture_default_str();
   matmul->add_option("--threads", mm->threads, "Threads")->capture_default_str();
-  matmul->add_option("--runs", mm->runs, "Timed runs (the median is reported)")->capture_default_str();
+  matmul->add_option("--runs", mm->runs, "Timed runs (the median is reported)")
+      ->capture_default_str();
   matmul->add_flag("--json", *mm_json, "Machine-readable output");
   matmul->callback([mm, mm_json] {
     const bench::MatmulBenchReport r = bench::bench_matmul(*mm);
     if (*mm_json) {
       nlohmann::json j = timing_json(r.timing);
-      j.update({{"m", mm->m}, {"n", mm->n}, {"k", mm->k}, {"threads", mm->threads},
-                {"flops", r.flops}, {"gflops", r.gflops}, {"peak_gflops", r.peak.gflops},
+      j.update({{"m", mm->m},
+                {"n", mm->n},
+                {"k", mm->k},
+                {"threads", mm->threads},
+                {"flops", r.flops},
+                {"gflops", r.gflops},
+                {"peak_gflops", r.peak.gflops},
                 {"fraction_of_peak", r.fraction_of_peak}});
       fmt::print("{}\n", j.dump(2));
     } else {
-      fmt::print("matmul {}x{}x{} on {} thread(s): median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the "
-                 "FMA peak {:.1f} GFLOP/s measured in this run\n",
-                 mm->m, mm->n, mm->k, mm->threads, r.timing.median * 1e3, r.gflops,
-                 100 * r.fraction_of_peak, r.peak.gflops);
+      fmt::print(
+          "matmul {}x{}x{} on {} thread(s): median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the "
+          "FMA peak {:.1f} GFLOP/s measured in this run\n",
+          mm->m, mm->n, mm->k, mm->threads, r.timing.median * 1e3, r.gflops,
+          100 * r.fraction_of_peak, r.peak.gflops);
     }
   });
 }

@@ -12,7 +12,8 @@
 namespace headlight::cli {
 
 void add_version(CLI::App& app) {
-  auto* cmd = app.add_subcommand("version", "Print the version, the build and the CPU's SIMD targets");
+  auto* cmd =
+      app.add_subcommand("version", "Print the version, the build and the CPU's SIMD targets");
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->callback([json] {
@@ -33,7 +34,8 @@ void add_version(CLI::App& app) {
     fmt::print("headlight {}\n", HEADLIGHT_VERSION);
     fmt::print("  compiler       {}\n", __VERSION__);
     fmt::print("  oneDNN         {}\n", dnnl_version);
-    fmt::print("  cpu            {} ({} hardware threads)\n", info.model_name, info.hardware_threads);
+    fmt::print("  cpu            {} ({} hardware threads)\n", info.model_name,
+               info.hardware_threads);
     fmt::print("  simd target    {} (supported: {})\n", info.best_target,
                fmt::join(info.supported_targets, ", "));
   });

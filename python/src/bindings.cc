@@ -155,33 +155,46 @@ PYBIND11_MODULE(_headlight, m) {
                                              ThreadContext(threads.value_or(0))};
            }),
            py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0f,
-           py::arg("bias") = true, py::arg("add_bias_kv") = false,
-           py::arg("add_zero_attn") = false, py::arg("kdim") = py::none(),
-           py::arg("vdim") = py::none(), py::arg("batch_first") = false,
-           py::arg("num_kv_heads") = py::none(), py::kw_only(), py::arg("seed") = 0,
-           py::arg("threads") = py::none())
-      .def_property_readonly("embed_dim", [](const PyMultiheadAttention& s) { return s.module.config().embed_dim; })
-      .def_property_readonly("num_heads", [](const PyMultiheadAttention& s) { return s.module.config().num_heads; })
-      .def_property_readonly("num_kv_heads", [](const PyMultiheadAttention& s) { return s.module.config().num_kv_heads; })
-      .def_property_readonly("head_dim", [](const PyMultiheadAttention& s) { return s.module.head_dim(); })
-      .def_property_readonly("kdim", [](const PyMultiheadAttention& s) { return s.module.config().kdim; })
-      .def_property_readonly("vdim", [](const PyMultiheadAttention& s) { return s.module.config().vdim; })
-      .def_property_readonly("batch_first", [](const PyMultiheadAttention& s) { return s.module.config().batch_first; })
-      .def_property_readonly("dropout", [](const PyMultiheadAttention& s) { return s.module.config().dropout; })
-      .def_property_readonly("training", [](const PyMultiheadAttention& s) { return s.module.training(); })
-      .def("train",
-           [](PyMultiheadAttention& s, bool mode) -> PyMultiheadAttention& {
-             s.module.set_training(mode);
-             return s;
-           },
-           py::arg("mode") = true, py::return_value_policy::reference)
-      .def("eval",
-           [](PyMultiheadAttention& s) -> PyMultiheadAttention& {
-             s.module.set_training(false);
-             return s;
-           },
-           py::return_value_policy::reference)
-      .def("state_dict", [](const PyMultiheadAttention& s) { return tensors_to_dict(s.module, false); })
+           py::arg("bias") = true, py::arg("add_bias_kv") = false, py::arg("add_zero_attn") = false,
+           py::arg("kdim") = py::none(), py::arg("vdim") = py::none(),
+           py::arg("batch_first") = false, py::arg("num_kv_heads") = py::none(), py::kw_only(),
+           py::arg("seed") = 0, py::arg("threads") = py::none())
+      .def_property_readonly(
+          "embed_dim", [](const PyMultiheadAttention& s) { return s.module.config().embed_dim; })
+      .def_property_readonly(
+          "num_heads", [](const PyMultiheadAttention& s) { return s.module.config().num_heads; })
+      .def_property_readonly(
+          "num_kv_heads",
+          [](const PyMultiheadAttention& s) { return s.module.config().num_kv_heads; })
+      .def_property_readonly("head_dim",
+                             [](const PyMultiheadAttention& s) { return s.module.head_dim(); })
+      .def_property_readonly("kdim",
+                             [](const PyMultiheadAttention& s) { return s.module.config().kdim; })
+      .def_property_readonly("vdim",
+                             [](const PyMultiheadAttention& s) { return s.module.config().vdim; })
+      .def_property_readonly(
+          "batch_first",
+          [](const PyMultiheadAttention& s) { return s.module.config().batch_first; })
+      .def_property_readonly(
+          "dropout", [](const PyMultiheadAttention& s) { return s.module.config().dropout; })
+      .def_property_readonly("training",
+                             [](const PyMultiheadAttention& s) { return s.module.training(); })
+      .def(
+          "train",
+          [](PyMultiheadAttention& s, bool mode) -> PyMultiheadAttention& {
+            s.module.set_training(mode);
+            return s;
+          },
+          py::arg("mode") = true, py::return_value_policy::reference)
+      .def(
+          "eval",
+          [](PyMultiheadAttention& s) -> PyMultiheadAttention& {
+            s.module.set_training(false);
+            return s;
+          },
+          py::return_value_policy::reference)
+      .def("state_dict",
+           [](const PyMultiheadAttention& s) { return tensors_to_dict(s.module, false); })
       .def(
           "load_state_dict",
           [](PyMultiheadAttention& s, const py::dict& state) {
@@ -195,10 +208,13 @@ PYBIND11_MODULE(_headlight, m) {
             s.module.load_state_dict(views);
           },
           py::arg("state_dict"))
-      .def_property_readonly("grads", [](const PyMultiheadAttention& s) { return tensors_to_dict(s.module, true); })
+      .def_property_readonly(
+          "grads", [](const PyMultiheadAttention& s) { return tensors_to_dict(s.module, true); })
       .def_property(
           "head_gates",
-          [](const PyMultiheadAttention& s) { return to_numpy(contiguous_copy(s.module.head_gates().view())); },
+          [](const PyMultiheadAttention& s) {
+            return to_numpy(contiguous_copy(s.module.head_gates().view()));
+          },
           [](PyMultiheadAttention& s, const py::object& gates) {
             py::array g = as_float32(gates, "head_gates");
             TensorView v = view_of(g);
@@ -206,9 +222,10 @@ PYBIND11_MODULE(_headlight, m) {
                   shape_string(v.shape()), shape_string(s.module.head_gates().shape()));
             s.module.head_gates() = contiguous_copy(v);
           })
-      .def_property_readonly("head_gates_grad", [](const PyMultiheadAttention& s) {
-        return to_numpy(contiguous_copy(s.module.head_gates_grad().view()));
-      })
+      .def_property_readonly("head_gates_grad",
+                             [](const PyMultiheadAttention& s) {
+                               return to_numpy(contiguous_copy(s.module.head_gates_grad().view()));
+                             })
       .def("forward", &mha_forward, py::arg("query"), py::arg("key"), py::arg("value"),
            py::arg("key_padding_mask") = py::none(), py::arg("need_weights") = true,
            py::arg("attn_mask") = py::none(), py::arg("average_attn_weights") = true,

@@ -37,7 +37,8 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& config, u
   check(c.embed_dim % c.num_heads == 0, "embed_dim ({}) must be divisible by num_heads ({})",
         c.embed_dim, c.num_heads);
   check(c.num_kv_heads > 0 && c.num_heads % c.num_kv_heads == 0,
-        "num_kv_heads ({}) must be positive and divide num_heads ({})", c.num_kv_heads, c.num_heads);
+        "num_kv_heads ({}) must be positive and divide num_heads ({})", c.num_kv_heads,
+        c.num_heads);
   check(c.kdim > 0 && c.vdim > 0, "kdim ({}) and vdim ({}) must be positive", c.kdim, c.vdim);
   check(std::isfinite(c.dropout) && c.dropout >= 0.0f && c.dropout < 1.0f,
         "dropout: must be in [0, 1), got {}", c.dropout);
@@ -132,9 +133,8 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
   const MultiheadAttentionConfig& c = config_;
   const int64_t E = c.embed_dim, H = c.num_heads, Hkv = c.num_kv_heads, d = head_dim();
   const int64_t Ekv = Hkv * d;
-  const std::string shapes =
-      fmt::format("query {}, key {}, value {}", shape_string(query.shape()),
-                  shape_string(key.shape()), shape_string(value.shape()));
+  const std::string shapes = fmt::format("query {}, key {}, value {}", shape_string(query.shape()),
+                                         shape_string(key.shape()), shape_string(value.shape()));
 
   // ---- Shapes and layouts.
   check(query.dim() == 2 || query.dim() == 3,
@@ -177,7 +177,8 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
 
   // ---- Input projections.
   const bool packed = packed_in_proj();
-  const float* w_q = packed ? params_.at("in_proj_weight").data() : params_.at("q_proj_weight").data();
+  const float* w_q =
+      packed ? params_.at("in_proj_weight").data() : params_.at("q_proj_weight").data();
   const float* w_k = packed ? w_q + E * E : params_.at("k_proj_weight").data();
   const float* w_v = packed ? w_q + (E + Ekv) * E : params_.at("v_proj_weight").data();
   const float* b_q = c.bias ? params_.at("in_proj_bias").data() : nullptr;
@@ -255,7 +256,7 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
             row[s] = m;
           }
         }
-    o.mask = MaskOperand{MaskKind::additive, k.mask.data(), Nm > 1 ? Hm * Lm * Sx : 0,
+    o.mask = MaskOperand{MaskKind::additive,   k.mask.data(),   Nm > 1 ? Hm * Lm * Sx : 0,
                          Hm > 1 ? Lm * Sx : 0, Lm > 1 ? Sx : 0, 1};
   }
   o.causal = opt.is_causal && !has_am;
@@ -298,7 +299,8 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
       for (int64_t n = 0; n < N; ++n)
         for (int64_t h = 0; h < H; ++h)
           for (int64_t i = 0; i < L * Sx; ++i)
-            avg.data()[n * L * Sx + i] += probs.data()[(n * H + h) * L * Sx + i] / static_cast<float>(H);
+            avg.data()[n * L * Sx + i] +=
+                probs.data()[(n * H + h) * L * Sx + i] / static_cast<float>(H);
       out.weights = batched ? std::move(avg) : std::move(avg).reshaped({L, Sx});
     } else {
       out.weights = batched ? std::move(probs) : std::move(probs).reshaped({H, L, Sx});

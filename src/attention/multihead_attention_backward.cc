@@ -1,10 +1,10 @@
 // MultiheadAttention backward: the forward of multihead_attention.cc run in reverse, llm.c style.
 //
 //   out = gated·W_oᵀ + b_o                 d_gated = dY·W_o,  dW_o = dYᵀ·gated,  db_o = Σ dY
-//   gated_h = gate_h · heads_h             dgate_h = Σ d_gated_h ⊙ heads_h,  d_heads_h = gate_h · d_gated_h
-//   heads = attention(q, k, v)             dq, dk, dv by the attention backward
-//   k, v rows S (bias_k/v), S+1 (zero)     dbias_k = Σ_n dk[n, :, S]; the zero row has no parameter
-//   q = x_q·W_qᵀ + b_q (likewise k, v)     dx_q = dq·W_q,  dW_q = dqᵀ·x_q,  db_q = Σ dq
+//   gated_h = gate_h · heads_h             dgate_h = Σ d_gated_h ⊙ heads_h,  d_heads_h = gate_h ·
+//   d_gated_h heads = attention(q, k, v)             dq, dk, dv by the attention backward k, v rows
+//   S (bias_k/v), S+1 (zero)     dbias_k = Σ_n dk[n, :, S]; the zero row has no parameter q =
+//   x_q·W_qᵀ + b_q (likewise k, v)     dx_q = dq·W_q,  dW_q = dqᵀ·x_q,  db_q = Σ dq
 
 #include <cstring>
 
@@ -81,7 +81,8 @@ MhaInputGrads MultiheadAttention::backward(ThreadContext& ctx, const TensorView&
 
   // ---- Input projections.
   const bool packed = packed_in_proj();
-  const float* w_q = packed ? params_.at("in_proj_weight").data() : params_.at("q_proj_weight").data();
+  const float* w_q =
+      packed ? params_.at("in_proj_weight").data() : params_.at("q_proj_weight").data();
   const float* w_k = packed ? w_q + E * E : params_.at("k_proj_weight").data();
   const float* w_v = packed ? w_q + (E + Ekv) * E : params_.at("v_proj_weight").data();
   float* dw_q = packed ? grads_.at("in_proj_weight").data() : grads_.at("q_proj_weight").data();

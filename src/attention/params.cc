@@ -23,8 +23,8 @@ void validate(const AttentionParams& p, bool backward) {
   const AttentionOptions& o = p.options;
   check(!o.scale || std::isfinite(*o.scale), "attention: scale must be finite, got {}",
         o.scale ? *o.scale : 0.0f);
-  check(std::isfinite(o.softcap) && o.softcap >= 0, "attention: softcap must be finite and >= 0, got {}",
-        o.softcap);
+  check(std::isfinite(o.softcap) && o.softcap >= 0,
+        "attention: softcap must be finite and >= 0, got {}", o.softcap);
   check(o.dropout_p >= 0.0f && o.dropout_p < 1.0f, "attention: dropout_p must be in [0, 1), got {}",
         o.dropout_p);
   check(o.mask.kind == MaskKind::none || o.mask.data != nullptr,

@@ -1,6 +1,6 @@
-// PyTorch-semantics front end: turns TensorViews of any rank (with broadcasting, GQA and masks) into
-// one AttentionParams over [batch, heads, len, dim] operands, without copying whenever the batch dims
-// can be walked with a single stride, and runs the kernel.
+// PyTorch-semantics front end: turns TensorViews of any rank (with broadcasting, GQA and masks)
+// into one AttentionParams over [batch, heads, len, dim] operands, without copying whenever the
+// batch dims can be walked with a single stride, and runs the kernel.
 
 #include "headlight/attention/sdpa.h"
 
@@ -50,8 +50,8 @@ std::string shapes_of(const TensorView& q, const TensorView& k, const TensorView
 
 struct Prepared {
   AttentionParams params;
-  Shape batch;      // broadcast batch dims
-  Shape out_shape;  // output shape as the user sees it
+  Shape batch;                // broadcast batch dims
+  Shape out_shape;            // output shape as the user sees it
   int64_t kv_heads_full = 1;  // broadcast key/value heads (before MQA folding)
   std::vector<Tensor> keep;   // copies the operands point into
 };
@@ -85,8 +85,8 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
     return t.dim() > 3 ? Shape(t.shape().begin(), t.shape().end() - 3) : Shape{};
   };
   const std::string bname = "query/key/value batch dims (" + shapes_of(q, k, v) + ")";
-  r.batch = broadcast_shapes(broadcast_shapes(batch_dims(q), batch_dims(k), bname), batch_dims(v),
-                             bname);
+  r.batch =
+      broadcast_shapes(broadcast_shapes(batch_dims(q), batch_dims(k), bname), batch_dims(v), bname);
   const int64_t nb = static_cast<int64_t>(r.batch.size());
   checked_numel(r.batch, "batch dims");
   auto full = [&](int64_t h, int64_t len, int64_t dim) {
@@ -94,9 +94,12 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
     s.insert(s.end(), {h, len, dim});
     return s;
   };
-  const TensorView qb = q.with_rank(std::max<int64_t>(q.dim(), 3)).broadcast_to(full(Hq, L, E), "query");
-  const TensorView kb = k.with_rank(std::max<int64_t>(k.dim(), 3)).broadcast_to(full(Hkv, S, E), "key");
-  const TensorView vb = v.with_rank(std::max<int64_t>(v.dim(), 3)).broadcast_to(full(Hkv, S, Ev), "value");
+  const TensorView qb =
+      q.with_rank(std::max<int64_t>(q.dim(), 3)).broadcast_to(full(Hq, L, E), "query");
+  const TensorView kb =
+      k.with_rank(std::max<int64_t>(k.dim(), 3)).broadcast_to(full(Hkv, S, E), "key");
+  const TensorView vb =
+      v.with_rank(std::max<int64_t>(v.dim(), 3)).broadcast_to(full(Hkv, S, Ev), "value");
 
   const int64_t rank = std::max({q.dim(), k.dim(), v.dim()});
   if (rank >= 3) {
@@ -131,15 +134,21 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
     check(m.dim() <= static_cast<int64_t>(want.size()),
           "attn_mask: shape {} does not broadcast to (batch..., heads, L, S) = {}",
           shape_string(m.shape()), shape_string(want));
-    TensorView mb = m.broadcast_to(want, "attn_mask (must broadcast to " + shape_string(want) + ")");
+    TensorView mb =
+        m.broadcast_to(want, "attn_mask (must broadcast to " + shape_string(want) + ")");
     std::optional<int64_t> bs = batch_stride(mb, nb);
     if (!bs) {
       r.keep.push_back(contiguous_copy(mb));
       mb = r.keep.back().view();
       bs = batch_stride(mb, nb);
     }
-    p.options.mask = MaskOperand{m.dtype() == DType::boolean ? MaskKind::boolean : MaskKind::additive,
-                                 mb.data(), *bs, mb.stride(-3), mb.stride(-2), mb.stride(-1)};
+    p.options.mask =
+        MaskOperand{m.dtype() == DType::boolean ? MaskKind::boolean : MaskKind::additive,
+                    mb.data(),
+                    *bs,
+                    mb.stride(-3),
+                    mb.stride(-2),
+                    mb.stride(-1)};
   }
   return r;
 }
@@ -152,8 +161,8 @@ Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
   Prepared r = prepare(query, key, value, options);
   Tensor out(DType::f32, r.out_shape);
   const AttentionShape& s = r.params.shape;
-  r.params.out = Operand{out.data(), s.heads * s.len_q * s.value_dim, s.len_q * s.value_dim,
-                         s.value_dim};
+  r.params.out =
+      Operand{out.data(), s.heads * s.len_q * s.value_dim, s.len_q * s.value_dim, s.value_dim};
   reference::forward(r.params);
   return out;
 }

@@ -32,7 +32,9 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
                                           : ops::MatrixArg{b.data(), c.k, c.n, c.n, false};
   r.peak = measure_peak(c.threads);
   r.timing = time_runs(
-      [&] { ops::matmul(ctx, {a.data(), c.m, c.k, c.k, false}, bm, {out.data(), c.n}); },
+      [&] {
+        ops::matmul(ctx, {a.data(), c.m, c.k, c.k, false}, bm, {out.data(), c.n});
+      },
       c.warmup, c.runs);
   r.flops = 2.0 * static_cast<double>(c.m) * static_cast<double>(c.n) * static_cast<double>(c.k);
   r.gflops = r.flops / r.timing.median * 1e-9;

@@ -11,8 +11,12 @@ HWY_BEFORE_NAMESPACE();
 namespace headlight {
 namespace HWY_NAMESPACE {
 
-double FmaPeakRun(int64_t iterations, float* sink) { return FmaChains(iterations, sink); }
-int FmaPeakLanes() { return FloatLanes(); }
+double FmaPeakRun(int64_t iterations, float* sink) {
+  return FmaChains(iterations, sink);
+}
+int FmaPeakLanes() {
+  return FloatLanes();
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace headlight

@@ -24,9 +24,12 @@ inline double FmaChains(int64_t iterations, float* sink) {
   const hn::ScalableTag<float> d;
   const auto m = hn::Set(d, 0.9999999f);
   const auto c = hn::Set(d, 1e-7f);
-  auto a0 = hn::Set(d, 1.0f), a1 = hn::Set(d, 1.01f), a2 = hn::Set(d, 1.02f), a3 = hn::Set(d, 1.03f);
-  auto a4 = hn::Set(d, 1.04f), a5 = hn::Set(d, 1.05f), a6 = hn::Set(d, 1.06f), a7 = hn::Set(d, 1.07f);
-  auto a8 = hn::Set(d, 1.08f), a9 = hn::Set(d, 1.09f), a10 = hn::Set(d, 1.1f), a11 = hn::Set(d, 1.11f);
+  auto a0 = hn::Set(d, 1.0f), a1 = hn::Set(d, 1.01f), a2 = hn::Set(d, 1.02f),
+       a3 = hn::Set(d, 1.03f);
+  auto a4 = hn::Set(d, 1.04f), a5 = hn::Set(d, 1.05f), a6 = hn::Set(d, 1.06f),
+       a7 = hn::Set(d, 1.07f);
+  auto a8 = hn::Set(d, 1.08f), a9 = hn::Set(d, 1.09f), a10 = hn::Set(d, 1.1f),
+       a11 = hn::Set(d, 1.11f);
   auto a12 = hn::Set(d, 1.12f), a13 = hn::Set(d, 1.13f), a14 = hn::Set(d, 1.14f);
   auto a15 = hn::Set(d, 1.15f);
   for (int64_t i = 0; i < iterations; ++i) {
@@ -47,14 +50,17 @@ inline double FmaChains(int64_t iterations, float* sink) {
     a14 = hn::MulAdd(a14, m, c);
     a15 = hn::MulAdd(a15, m, c);
   }
-  auto s = hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
+  auto s =
+      hn::Add(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)), hn::Add(hn::Add(a4, a5), hn::Add(a6, a7)));
   s = hn::Add(s, hn::Add(hn::Add(hn::Add(a8, a9), hn::Add(a10, a11)),
                          hn::Add(hn::Add(a12, a13), hn::Add(a14, a15))));
   *sink += hn::GetLane(hn::SumOfLanes(d, s));
   return 2.0 * 16.0 * static_cast<double>(hn::Lanes(d)) * static_cast<double>(iterations);
 }
 
-inline int FloatLanes() { return static_cast<int>(hn::Lanes(hn::ScalableTag<float>())); }
+inline int FloatLanes() {
+  return static_cast<int>(hn::Lanes(hn::ScalableTag<float>()));
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace headlight

@@ -34,7 +34,9 @@ uint32_t Generator::next_u32() {
   return block_[static_cast<size_t>(used_++)];
 }
 
-float Generator::uniform(float lo, float hi) { return lo + (hi - lo) * uniform_from_bits(next_u32()); }
+float Generator::uniform(float lo, float hi) {
+  return lo + (hi - lo) * uniform_from_bits(next_u32());
+}
 
 float Generator::normal(float mean, float stddev) {
   // u1 in (0, 1] so that log(u1) is finite.

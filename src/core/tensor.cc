@@ -9,18 +9,24 @@ namespace headlight {
 
 size_t dtype_size(DType dtype) {
   switch (dtype) {
-    case DType::f32: return 4;
-    case DType::bf16: return 2;
-    case DType::boolean: return 1;
+    case DType::f32:
+      return 4;
+    case DType::bf16:
+      return 2;
+    case DType::boolean:
+      return 1;
   }
   return 0;
 }
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f32: return "float32";
-    case DType::bf16: return "bfloat16";
-    case DType::boolean: return "bool";
+    case DType::f32:
+      return "float32";
+    case DType::bf16:
+      return "bfloat16";
+    case DType::boolean:
+      return "bool";
   }
   return "?";
 }
@@ -128,7 +134,9 @@ TensorView TensorView::with_rank(int64_t rank) const {
 // ---------------------------------------------------------------------------------------------
 // Tensor
 
-void Tensor::Free::operator()(std::byte* p) const { std::free(p); }
+void Tensor::Free::operator()(std::byte* p) const {
+  std::free(p);
+}
 
 Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape)) {
   numel_ = checked_numel(shape_, "Tensor", dtype_size(dtype_));

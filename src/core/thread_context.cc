@@ -8,7 +8,9 @@
 
 namespace headlight {
 
-ScratchArena::~ScratchArena() { std::free(data_); }
+ScratchArena::~ScratchArena() {
+  std::free(data_);
+}
 
 float* ScratchArena::floats(size_t count) {
   const size_t bytes = (count * sizeof(float) + 63) / 64 * 64;
@@ -40,6 +42,8 @@ OmpThreadsGuard::OmpThreadsGuard(int num_threads) : previous_(omp_get_max_thread
   omp_set_num_threads(std::max(1, num_threads));
 }
 
-OmpThreadsGuard::~OmpThreadsGuard() { omp_set_num_threads(previous_); }
+OmpThreadsGuard::~OmpThreadsGuard() {
+  omp_set_num_threads(previous_);
+}
 
 }  // namespace headlight

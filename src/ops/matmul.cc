@@ -20,8 +20,8 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   }
   OmpThreadsGuard threads(ctx.num_threads());
   const dnnl_status_t status =
-      dnnl_sgemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, c.alpha, a.data,
-                 a.ld, b.data, b.ld, c.beta, c.data, c.ld);
+      dnnl_sgemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, c.alpha, a.data, a.ld,
+                 b.data, b.ld, c.beta, c.data, c.ld);
   check(status == dnnl_success, "matmul: oneDNN sgemm failed (status {}) for [{}, {}] x [{}, {}]",
         static_cast<int>(status), m, k, k, n);
 }

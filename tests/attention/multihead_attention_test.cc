@@ -28,7 +28,8 @@ void expect_error(Fn&& fn, std::initializer_list<const char*> needles) {
     ADD_FAILURE() << "expected headlight::Error";
   } catch (const Error& e) {
     for (const char* n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "'" << n << "' not in: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "'" << n << "' not in: " << e.what();
   }
 }
 
@@ -54,15 +55,17 @@ TEST(MultiheadAttention, RejectsBadConfigs) {
 TEST(MultiheadAttention, ParameterNamesFollowPyTorch) {
   MultiheadAttention packed(config(8, 2));
   EXPECT_EQ(packed.parameter_names(),
-            (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight", "out_proj.bias"}));
+            (std::vector<std::string>{"in_proj_weight", "in_proj_bias", "out_proj.weight",
+                                      "out_proj.bias"}));
   auto c = config(8, 2);
   c.kdim = 5;
   c.add_bias_kv = true;
   c.num_kv_heads = 1;
   MultiheadAttention separate(c);
-  EXPECT_EQ(separate.parameter_names(),
-            (std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
-                                      "bias_k", "bias_v", "out_proj.weight", "out_proj.bias"}));
+  EXPECT_EQ(
+      separate.parameter_names(),
+      (std::vector<std::string>{"q_proj_weight", "k_proj_weight", "v_proj_weight", "in_proj_bias",
+                                "bias_k", "bias_v", "out_proj.weight", "out_proj.bias"}));
   EXPECT_EQ(separate.parameter("k_proj_weight").shape(), (Shape{4, 5}));
   EXPECT_EQ(separate.parameter("in_proj_bias").shape(), (Shape{16}));
 }
@@ -71,7 +74,8 @@ TEST(MultiheadAttention, RejectsBadInputsNamingShapes) {
   ThreadContext ctx(1);
   MultiheadAttention m(config(8, 2));
   Tensor x = random_tensor({5, 2, 8}, 1), wrong_e = random_tensor({5, 2, 6}, 2);
-  expect_error([&] { m.forward(ctx, wrong_e.view(), x.view(), x.view()); }, {"query", "embed_dim 8"});
+  expect_error([&] { m.forward(ctx, wrong_e.view(), x.view(), x.view()); },
+               {"query", "embed_dim 8"});
   Tensor other_batch = random_tensor({5, 3, 8}, 3);
   expect_error([&] { m.forward(ctx, x.view(), other_batch.view(), other_batch.view()); },
                {"batch size", "[5, 3, 8]"});
@@ -80,11 +84,13 @@ TEST(MultiheadAttention, RejectsBadInputsNamingShapes) {
   MhaForwardOptions o;
   Tensor mask = Tensor::zeros({5, 4});
   o.attn_mask = mask.view();
-  expect_error([&] { m.forward(ctx, x.view(), x.view(), x.view(), o); }, {"attn_mask", "[5, 4]", "(5, 5)"});
+  expect_error([&] { m.forward(ctx, x.view(), x.view(), x.view(), o); },
+               {"attn_mask", "[5, 4]", "(5, 5)"});
   o = {};
   Tensor kpm = Tensor::zeros({3, 5});
   o.key_padding_mask = kpm.view();
-  expect_error([&] { m.forward(ctx, x.view(), x.view(), x.view(), o); }, {"key_padding_mask", "[3, 5]"});
+  expect_error([&] { m.forward(ctx, x.view(), x.view(), x.view(), o); },
+               {"key_padding_mask", "[3, 5]"});
   o = {};
   Tensor bf(DType::bf16, {5, 5});
   o.attn_mask = bf.view();
@@ -153,7 +159,8 @@ TEST(MultiheadAttention, GateAndParameterGradientsMatchFiniteDifferences) {
   c.batch_first = true;
   MultiheadAttention m(c, 5);
   m.set_training(false);
-  Tensor q = random_tensor({2, 3, 6}, 1), k = random_tensor({2, 4, 6}, 2), v = random_tensor({2, 4, 6}, 3);
+  Tensor q = random_tensor({2, 3, 6}, 1), k = random_tensor({2, 4, 6}, 2),
+         v = random_tensor({2, 4, 6}, 3);
   Tensor go = random_tensor({2, 3, 6}, 4);
   m.head_gates().data()[0] = 0.7f;
   auto loss = [&] {
@@ -179,7 +186,8 @@ TEST(MultiheadAttention, GateAndParameterGradientsMatchFiniteDifferences) {
   for (int h = 0; h < 3; ++h) check_fd(m.head_gates().data() + h, gates_grad.data()[h], "gate");
   for (const std::string& name : m.parameter_names()) {
     Tensor grad = contiguous_copy(m.grad(name).view());
-    for (int64_t i = 0; i < grad.numel(); i += 3) check_fd(m.parameter(name).data() + i, grad.data()[i], name);
+    for (int64_t i = 0; i < grad.numel(); i += 3)
+      check_fd(m.parameter(name).data() + i, grad.data()[i], name);
   }
   for (int64_t i = 0; i < q.numel(); i += 5) check_fd(q.data() + i, g.query.data()[i], "query");
   for (int64_t i = 0; i < k.numel(); i += 5) check_fd(k.data() + i, g.key.data()[i], "key");

@@ -86,9 +86,11 @@ std::vector<Case> option_cases() {
   std::vector<Case> cases;
   auto add = [&](std::string name, AttentionShape s, auto f) { cases.push_back({name, s, f}); };
   add("plain", {2, 2, 2, 5, 7, 4, 4}, [](O&, B&, F&, I&, F&) {});
-  add("custom_scale_and_value_dim", {1, 3, 3, 4, 6, 5, 3}, [](O& o, B&, F&, I&, F&) { o.scale = 0.7f; });
+  add("custom_scale_and_value_dim", {1, 3, 3, 4, 6, 5, 3},
+      [](O& o, B&, F&, I&, F&) { o.scale = 0.7f; });
   add("causal_top_left", {1, 2, 2, 6, 6, 3, 3}, [](O& o, B&, F&, I&, F&) { o.causal = true; });
-  add("causal_top_left_lq_lt_lk", {1, 1, 1, 3, 7, 3, 3}, [](O& o, B&, F&, I&, F&) { o.causal = true; });
+  add("causal_top_left_lq_lt_lk", {1, 1, 1, 3, 7, 3, 3},
+      [](O& o, B&, F&, I&, F&) { o.causal = true; });
   add("causal_bottom_right", {2, 1, 1, 3, 7, 3, 2}, [](O& o, B&, F&, I&, F&) {
     o.causal = true;
     o.alignment = Alignment::bottom_right;
@@ -111,15 +113,17 @@ std::vector<Case> option_cases() {
     for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 7 + 3) % 4 != 0;
     o.mask = {MaskKind::boolean, m.data(), 2 * 4 * 5, 4 * 5, 5, 1};
   });
-  add("bool_mask_broadcast_over_batch_and_heads", {2, 3, 3, 4, 5, 3, 3}, [](O& o, B& m, F&, I&, F&) {
-    m.resize(4 * 5);
-    for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 5 + 1) % 3 != 0;
-    o.mask = {MaskKind::boolean, m.data(), 0, 0, 5, 1};
-  });
+  add("bool_mask_broadcast_over_batch_and_heads", {2, 3, 3, 4, 5, 3, 3},
+      [](O& o, B& m, F&, I&, F&) {
+        m.resize(4 * 5);
+        for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 5 + 1) % 3 != 0;
+        o.mask = {MaskKind::boolean, m.data(), 0, 0, 5, 1};
+      });
   add("additive_mask_with_minus_inf", {1, 2, 2, 4, 5, 3, 3}, [](O& o, B&, F& m, I&, F&) {
     m.resize(2 * 4 * 5);
     for (size_t i = 0; i < m.size(); ++i)
-      m[i] = i % 6 == 0 ? -std::numeric_limits<float>::infinity() : 0.3f * static_cast<float>(i % 5) - 0.6f;
+      m[i] = i % 6 == 0 ? -std::numeric_limits<float>::infinity()
+                        : 0.3f * static_cast<float>(i % 5) - 0.6f;
     o.mask = {MaskKind::additive, m.data(), 0, 4 * 5, 5, 1};
   });
   add("alibi", {1, 4, 4, 5, 5, 3, 3}, [](O& o, B&, F&, I&, F& slopes) {
@@ -176,16 +180,19 @@ std::vector<double> dense_formula(const AttentionParams& p, std::vector<double>*
       for (int64_t i = 0; i < s.len_q; ++i)
         for (int64_t j = 0; j < s.len_kv; ++j) {
           double dot = 0;
-          for (int64_t e = 0; e < s.head_dim; ++e) dot += double(p.q.at(b, h, i)[e]) * p.k.at(b, g, j)[e];
+          for (int64_t e = 0; e < s.head_dim; ++e)
+            dot += double(p.q.at(b, h, i)[e]) * p.k.at(b, g, j)[e];
           double x = scale * dot;
           if (o.softcap > 0) x = o.softcap * std::tanh(x / o.softcap);
           const int64_t dist = std::llabs(i + shift - j);
           if (o.alibi_slopes) x -= o.alibi_slopes[h] * double(dist);
           const auto& m = o.mask;
-          const int64_t moff = b * m.batch_stride + h * m.head_stride + i * m.row_stride + j * m.col_stride;
+          const int64_t moff =
+              b * m.batch_stride + h * m.head_stride + i * m.row_stride + j * m.col_stride;
           if (m.kind == MaskKind::additive) x += static_cast<const float*>(m.data)[moff];
           const bool lower = j - (i + shift) <= 0;
-          bool ok = (!o.causal || lower) && (o.window_left < 0 || (i + shift) - j <= o.window_left) &&
+          bool ok = (!o.causal || lower) &&
+                    (o.window_left < 0 || (i + shift) - j <= o.window_left) &&
                     (o.window_right < 0 || j - (i + shift) <= o.window_right) &&
                     (!o.key_lengths || j < o.key_lengths[b]) &&
                     (m.kind != MaskKind::boolean || static_cast<const uint8_t*>(m.data)[moff]);

@@ -27,7 +27,8 @@ void expect_error(Fn&& fn, std::initializer_list<const char*> needles) {
     ADD_FAILURE() << "expected headlight::Error";
   } catch (const Error& e) {
     for (const char* n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << "'" << n << "' not in: " << e.what();
+      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
+          << "'" << n << "' not in: " << e.what();
   }
 }
 
@@ -53,7 +54,8 @@ TEST(Sdpa, TwoDimensionalInputs) {
   Tensor q = random_tensor({3, 4}, 1), k = random_tensor({5, 4}, 2), v = random_tensor({5, 2}, 3);
   Tensor out = scaled_dot_product_attention(ctx, q.view(), k.view(), v.view());
   EXPECT_EQ(out.shape(), (Shape{3, 2}));
-  SdpaGrads g = scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), out.view());
+  SdpaGrads g =
+      scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), out.view());
   EXPECT_EQ(g.query.shape(), q.shape());
   EXPECT_EQ(g.key.shape(), k.shape());
   EXPECT_EQ(g.value.shape(), v.shape());
@@ -71,7 +73,8 @@ TEST(Sdpa, BroadcastKeyGradientIsSummedOverTheBatch) {
     std::copy(k.data(), k.data() + 20, k3.data() + b * 20);
     std::copy(v.data(), v.data() + 15, v3.data() + b * 15);
   }
-  SdpaGrads g3 = scaled_dot_product_attention_backward(ctx, q.view(), k3.view(), v3.view(), go.view());
+  SdpaGrads g3 =
+      scaled_dot_product_attention_backward(ctx, q.view(), k3.view(), v3.view(), go.view());
   for (int i = 0; i < 20; ++i) {
     const float sum = g3.key.data()[i] + g3.key.data()[20 + i] + g3.key.data()[40 + i];
     EXPECT_NEAR(g.key.data()[i], sum, 1e-6);
@@ -95,13 +98,17 @@ TEST(Sdpa, GroupedQueryAttentionNeedsEnableGqa) {
 
 TEST(Sdpa, EmptySequencesGiveEmptyOrZeroOutput) {
   ThreadContext ctx(1);
-  Tensor q0 = random_tensor({2, 0, 4}, 1), k = random_tensor({2, 3, 4}, 2), v = random_tensor({2, 3, 5}, 3);
-  EXPECT_EQ(scaled_dot_product_attention(ctx, q0.view(), k.view(), v.view()).shape(), (Shape{2, 0, 5}));
-  Tensor q = random_tensor({2, 2, 4}, 1), k0 = random_tensor({2, 0, 4}, 2), v0 = random_tensor({2, 0, 5}, 3);
+  Tensor q0 = random_tensor({2, 0, 4}, 1), k = random_tensor({2, 3, 4}, 2),
+         v = random_tensor({2, 3, 5}, 3);
+  EXPECT_EQ(scaled_dot_product_attention(ctx, q0.view(), k.view(), v.view()).shape(),
+            (Shape{2, 0, 5}));
+  Tensor q = random_tensor({2, 2, 4}, 1), k0 = random_tensor({2, 0, 4}, 2),
+         v0 = random_tensor({2, 0, 5}, 3);
   Tensor out = scaled_dot_product_attention(ctx, q.view(), k0.view(), v0.view());
   ASSERT_EQ(out.shape(), (Shape{2, 2, 5}));
   for (int64_t i = 0; i < out.numel(); ++i) EXPECT_EQ(out.data()[i], 0.0f);
-  SdpaGrads g = scaled_dot_product_attention_backward(ctx, q.view(), k0.view(), v0.view(), out.view());
+  SdpaGrads g =
+      scaled_dot_product_attention_backward(ctx, q.view(), k0.view(), v0.view(), out.view());
   for (int64_t i = 0; i < g.query.numel(); ++i) EXPECT_EQ(g.query.data()[i], 0.0f);
 }
 
@@ -119,7 +126,8 @@ TEST(Sdpa, BadInputNamesTheArgumentAndShapes) {
   expect_error([&] { scaled_dot_product_attention(ctx, q2.view(), k_bad_batch.view(), v.view()); },
                {"batch"});
   Tensor one_dim = random_tensor({4}, 1);
-  expect_error([&] { scaled_dot_product_attention(ctx, one_dim.view(), k.view(), v.view()); }, {"query"});
+  expect_error([&] { scaled_dot_product_attention(ctx, one_dim.view(), k.view(), v.view()); },
+               {"query"});
   SdpaOptions o;
   Tensor mask = random_tensor({3, 4}, 9);
   o.attn_mask = mask.view();
@@ -131,15 +139,19 @@ TEST(Sdpa, BadInputNamesTheArgumentAndShapes) {
                {"attn_mask", "dtype"});
   o = {};
   o.scale = std::nanf("");
-  expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); }, {"scale"});
+  expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); },
+               {"scale"});
   o = {};
   o.dropout_p = -0.1f;
-  expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); }, {"dropout_p"});
+  expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); },
+               {"dropout_p"});
   o.dropout_p = 1.0f;
-  expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); }, {"dropout_p"});
+  expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); },
+               {"dropout_p"});
   Tensor go = random_tensor({1, 2, 3, 5}, 4);
-  expect_error([&] { scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), go.view()); },
-               {"grad_output", "[1, 2, 3, 6]"});
+  expect_error(
+      [&] { scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), go.view()); },
+      {"grad_output", "[1, 2, 3, 6]"});
   // A huge shape whose element count overflows is reported, not allocated.
   const int64_t big = int64_t{1} << 32;
   TensorView huge(q.data(), DType::f32, {big, big, 2, 3, 4}, {0, 0, 12, 4, 1});

@@ -25,8 +25,9 @@ struct Case {
 
 TEST(Matmul, MatchesNaiveProductForEveryTransposeAndOddShapes) {
   ThreadContext ctx(2);
-  for (Case c : {Case{1, 1, 1, false, false}, Case{7, 13, 5, false, true}, Case{33, 17, 65, true, false},
-                 Case{64, 31, 19, true, true}, Case{3, 250, 129, false, false}}) {
+  for (Case c :
+       {Case{1, 1, 1, false, false}, Case{7, 13, 5, false, true}, Case{33, 17, 65, true, false},
+        Case{64, 31, 19, true, true}, Case{3, 250, 129, false, false}}) {
     // Stored shapes: a is m×k (or k×m when transposed), b is k×n (or n×k); pad leading dims by 3.
     const int64_t lda = (c.ta ? c.m : c.k) + 3, ldb = (c.tb ? c.k : c.n) + 3, ldc = c.n + 2;
     auto a = random_vector(static_cast<size_t>((c.ta ? c.k : c.m) * lda), 1);

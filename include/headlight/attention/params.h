@@ -16,8 +16,8 @@
 //             && mask[b,h,i,j]                                when the mask is boolean
 //   s_ij    = −inf where not allowed
 //   P_ij    = softmax_j(s_ij),  lse_i = log Σ_j exp(s_ij)
-//   P'_ij   = P_ij · keep_ij / (1 − dropout_p)   keep_ij = U(seed, ((b·H + h)·L_q + i)·L_kv + j) ≥ p
-//   out_i   = Σ_j P'_ij · v[b,g,j,:]
+//   P'_ij   = P_ij · keep_ij / (1 − dropout_p)   keep_ij = U(seed, ((b·H + h)·L_q + i)·L_kv + j) ≥
+//   p out_i   = Σ_j P'_ij · v[b,g,j,:]
 //
 // A row with no allowed key has out = 0, lse = −inf and P = 0 (PyTorch would give NaN).
 #pragma once
@@ -43,8 +43,8 @@ struct Operand {
   }
 };
 
-// A mask [batch, heads, rows, cols] with any strides (0 broadcasts). Boolean masks are bytes, nonzero
-// where attention is allowed; additive masks are floats added to the scores (−inf masks).
+// A mask [batch, heads, rows, cols] with any strides (0 broadcasts). Boolean masks are bytes,
+// nonzero where attention is allowed; additive masks are floats added to the scores (−inf masks).
 struct MaskOperand {
   MaskKind kind = MaskKind::none;
   const void* data = nullptr;
@@ -86,8 +86,8 @@ struct AttentionParams {
   Operand k;  // [batch, kv_heads, len_kv, head_dim]
   Operand v;  // [batch, kv_heads, len_kv, value_dim]
   // Forward outputs.
-  Operand out;           // [batch, heads, len_q, value_dim]
-  float* lse = nullptr;  // [batch, heads, len_q] contiguous, optional
+  Operand out;             // [batch, heads, len_q, value_dim]
+  float* lse = nullptr;    // [batch, heads, len_q] contiguous, optional
   float* probs = nullptr;  // [batch, heads, len_q, len_kv] contiguous, optional (P' after dropout)
   // Backward: the output gradient in, the input gradients out (overwritten).
   Operand dout;  // [batch, heads, len_q, value_dim]
@@ -99,8 +99,9 @@ struct AttentionParams {
 // The scale actually used.
 float effective_scale(const AttentionParams& p);
 
-// Throws headlight::Error, naming the field, when the shape or options are inconsistent (head counts
-// not dividing, negative sizes, non-finite scale or softcap, dropout outside [0, 1), missing pointers).
+// Throws headlight::Error, naming the field, when the shape or options are inconsistent (head
+// counts not dividing, negative sizes, non-finite scale or softcap, dropout outside [0, 1), missing
+// pointers).
 void validate(const AttentionParams& p, bool backward);
 
 }  // namespace headlight::attention

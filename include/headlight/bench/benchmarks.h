@@ -1,5 +1,5 @@
-// Benchmarks behind `headlight bench …`: each measures the FP32 FMA peak in the same run and reports
-// its GFLOP/s (from an explicit FLOP formula) as a fraction of it.
+// Benchmarks behind `headlight bench …`: each measures the FP32 FMA peak in the same run and
+// reports its GFLOP/s (from an explicit FLOP formula) as a fraction of it.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +29,7 @@ struct MatmulBenchConfig {
 struct MatmulBenchReport {
   MatmulBenchConfig config;
   Timing timing;
-  double flops = 0;  // 2·m·n·k
+  double flops = 0;   // 2·m·n·k
   double gflops = 0;  // at the median time
   PeakReport peak;
   double fraction_of_peak = 0;

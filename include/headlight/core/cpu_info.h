@@ -10,8 +10,8 @@
 namespace headlight {
 
 struct CpuInfo {
-  std::string model_name;                    // from /proc/cpuinfo, or "unknown"
-  std::string best_target;                   // the Highway target dynamic dispatch picks
+  std::string model_name;                      // from /proc/cpuinfo, or "unknown"
+  std::string best_target;                     // the Highway target dynamic dispatch picks
   std::vector<std::string> supported_targets;  // compiled in and supported here, best first
   int hardware_threads = 1;
 };
@@ -19,9 +19,9 @@ struct CpuInfo {
 CpuInfo cpu_info();
 
 struct PeakMeasurement {
-  double gflops = 0;         // the best of the repeats
+  double gflops = 0;  // the best of the repeats
   int threads = 1;
-  int lanes = 1;             // float lanes of the dispatched target
+  int lanes = 1;  // float lanes of the dispatched target
 };
 
 // FP32 fused multiply-add peak on ctx.num_threads() threads: independent FMA chains in registers,

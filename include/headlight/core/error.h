@@ -1,7 +1,7 @@
 // headlight::Error: the one exception type for bad input and broken invariants.
 //
-// Messages name the argument and the shapes involved ("key: expected 4 dims (batch, heads, seq, dim),
-// got [2, 3]"), so that a user can fix the call without reading our source.
+// Messages name the argument and the shapes involved ("key: expected 4 dims (batch, heads, seq,
+// dim), got [2, 3]"), so that a user can fix the call without reading our source.
 #pragma once
 
 #include <cstdint>

@@ -46,7 +46,9 @@ class TensorView {
   bool empty_view() const { return data_ == nullptr && shape_.empty(); }
   void* data() const { return data_; }
   template <typename T>
-  T* data_as() const { return static_cast<T*>(data_); }
+  T* data_as() const {
+    return static_cast<T*>(data_);
+  }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   const Shape& strides() const { return strides_; }
@@ -89,9 +91,13 @@ class Tensor {
   int64_t size(int64_t i) const { return shape_[static_cast<size_t>(i < 0 ? i + dim() : i)]; }
   int64_t numel() const { return numel_; }
   template <typename T = float>
-  T* data() { return reinterpret_cast<T*>(data_.get()); }
+  T* data() {
+    return reinterpret_cast<T*>(data_.get());
+  }
   template <typename T = float>
-  const T* data() const { return reinterpret_cast<const T*>(data_.get()); }
+  const T* data() const {
+    return reinterpret_cast<const T*>(data_.get());
+  }
   TensorView view() const;
   // Same elements, new shape (element counts must agree).
   Tensor reshaped(Shape shape) &&;

@@ -2,8 +2,8 @@
 // per-worker scratch memory kept across calls.
 //
 // There is no global pool: a caller makes a ThreadContext and passes it down. Work is split into
-// contiguous ranges that depend only on (n, number of parts), so any result that is reduced in a fixed
-// order is bitwise the same for every thread count.
+// contiguous ranges that depend only on (n, number of parts), so any result that is reduced in a
+// fixed order is bitwise the same for every thread count.
 #pragma once
 
 #include <algorithm>
@@ -58,7 +58,9 @@ class ThreadContext {
     for (int w = 0; w < parts; ++w) fn(partition(n, parts, w), w);
   }
 
-  ScratchArena& scratch(int worker) { return *scratch_[static_cast<size_t>(worker)]; }
+  ScratchArena& scratch(int worker) {
+    return *scratch_[static_cast<size_t>(worker)];
+  }
 
  private:
   int num_threads_;

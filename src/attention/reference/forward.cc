@@ -37,7 +37,8 @@ void forward(const AttentionParams& p) {
         if (p.lse) p.lse[flat] = static_cast<float>(row.lse);
         if (p.probs) {
           float* pr = p.probs + flat * sh.len_kv;
-          for (int64_t j = 0; j < sh.len_kv; ++j) pr[j] = static_cast<float>(row.prob[j] * row.keep[j]);
+          for (int64_t j = 0; j < sh.len_kv; ++j)
+            pr[j] = static_cast<float>(row.prob[j] * row.keep[j]);
         }
       }
     }

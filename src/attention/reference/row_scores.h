@@ -79,7 +79,8 @@ inline void score_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i,
   } else {
     double l = 0;
     for (int64_t j = 0; j < n; ++j) l += row.s[j] == ninf ? 0.0 : std::exp(row.s[j] - m);
-    for (int64_t j = 0; j < n; ++j) row.prob[j] = row.s[j] == ninf ? 0.0 : std::exp(row.s[j] - m) / l;
+    for (int64_t j = 0; j < n; ++j)
+      row.prob[j] = row.s[j] == ninf ? 0.0 : std::exp(row.s[j] - m) / l;
     row.lse = m + std::log(l);
   }
   if (o.dropout_p > 0) {
