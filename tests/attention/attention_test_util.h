@@ -1,6 +1,8 @@
 // Helpers for the attention tests: random contiguous operands and AttentionParams over them.
 #pragma once
 
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "headlight/attention/params.h"
@@ -53,5 +55,23 @@ struct Problem {
     return p;
   }
 };
+
+// Options of one sweep case and the buffers its pointers refer to (kept alive with it).
+struct CaseData {
+  AttentionOptions options;
+  std::vector<uint8_t> bool_mask;
+  std::vector<float> float_mask;
+  std::vector<float> slopes;
+  std::vector<int64_t> lengths;
+};
+
+struct OptionCase {
+  std::string name;
+  AttentionShape shape;
+  std::function<void(CaseData&)> setup;
+};
+
+// Every option and combination, on small odd shapes (option_cases.cc).
+std::vector<OptionCase> option_cases();
 
 }  // namespace headlight::attention::testing

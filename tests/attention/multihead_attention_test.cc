@@ -10,28 +10,13 @@
 #include <string>
 
 #include "headlight/core/rng.h"
+#include "test_util.h"
 
 namespace headlight::attention {
 namespace {
 
-Tensor random_tensor(Shape shape, uint64_t seed) {
-  Tensor t(DType::f32, std::move(shape));
-  Generator g(seed);
-  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = g.uniform(-1, 1);
-  return t;
-}
-
-template <typename Fn>
-void expect_error(Fn&& fn, std::initializer_list<const char*> needles) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected headlight::Error";
-  } catch (const Error& e) {
-    for (const char* n : needles)
-      EXPECT_NE(std::string(e.what()).find(n), std::string::npos)
-          << "'" << n << "' not in: " << e.what();
-  }
-}
+using headlight::testing::expect_error;
+using headlight::testing::random_tensor;
 
 MultiheadAttentionConfig config(int64_t E, int64_t H) {
   MultiheadAttentionConfig c;

@@ -16,6 +16,9 @@
 namespace headlight::attention {
 namespace {
 
+using testing::CaseData;
+using testing::option_cases;
+using testing::OptionCase;
 using testing::Problem;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -69,100 +72,6 @@ TEST(ReferenceForward, NanStaysInTheAffectedRow) {
 // ---------------------------------------------------------------------------------------------
 // A sweep of options, checked against a dense-matrix formula written independently of the
 // reference's row loop.
-
-struct Case {
-  std::string name;
-  AttentionShape shape;
-  std::function<void(AttentionOptions&, std::vector<uint8_t>&, std::vector<float>&,
-                     std::vector<int64_t>&, std::vector<float>&)>
-      setup;
-};
-
-std::vector<Case> option_cases() {
-  using O = AttentionOptions;
-  using B = std::vector<uint8_t>;
-  using F = std::vector<float>;
-  using I = std::vector<int64_t>;
-  std::vector<Case> cases;
-  auto add = [&](std::string name, AttentionShape s, auto f) { cases.push_back({name, s, f}); };
-  add("plain", {2, 2, 2, 5, 7, 4, 4}, [](O&, B&, F&, I&, F&) {});
-  add("custom_scale_and_value_dim", {1, 3, 3, 4, 6, 5, 3},
-      [](O& o, B&, F&, I&, F&) { o.scale = 0.7f; });
-  add("causal_top_left", {1, 2, 2, 6, 6, 3, 3}, [](O& o, B&, F&, I&, F&) { o.causal = true; });
-  add("causal_top_left_lq_lt_lk", {1, 1, 1, 3, 7, 3, 3},
-      [](O& o, B&, F&, I&, F&) { o.causal = true; });
-  add("causal_bottom_right", {2, 1, 1, 3, 7, 3, 2}, [](O& o, B&, F&, I&, F&) {
-    o.causal = true;
-    o.alignment = Alignment::bottom_right;
-  });
-  add("sliding_window", {1, 2, 2, 8, 8, 3, 3}, [](O& o, B&, F&, I&, F&) {
-    o.window_left = 2;
-    o.window_right = 1;
-  });
-  add("window_and_causal_bottom_right", {1, 1, 1, 4, 9, 2, 2}, [](O& o, B&, F&, I&, F&) {
-    o.causal = true;
-    o.alignment = Alignment::bottom_right;
-    o.window_left = 3;
-  });
-  add("key_lengths", {3, 2, 1, 4, 6, 3, 3}, [](O& o, B&, F&, I& lens, F&) {
-    lens = {6, 2, 0};  // batch 2 has no keys at all
-    o.key_lengths = lens.data();
-  });
-  add("bool_mask_per_head", {2, 2, 2, 4, 5, 3, 3}, [](O& o, B& m, F&, I&, F&) {
-    m.resize(2 * 2 * 4 * 5);
-    for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 7 + 3) % 4 != 0;
-    o.mask = {MaskKind::boolean, m.data(), 2 * 4 * 5, 4 * 5, 5, 1};
-  });
-  add("bool_mask_broadcast_over_batch_and_heads", {2, 3, 3, 4, 5, 3, 3},
-      [](O& o, B& m, F&, I&, F&) {
-        m.resize(4 * 5);
-        for (size_t i = 0; i < m.size(); ++i) m[i] = (i * 5 + 1) % 3 != 0;
-        o.mask = {MaskKind::boolean, m.data(), 0, 0, 5, 1};
-      });
-  add("additive_mask_with_minus_inf", {1, 2, 2, 4, 5, 3, 3}, [](O& o, B&, F& m, I&, F&) {
-    m.resize(2 * 4 * 5);
-    for (size_t i = 0; i < m.size(); ++i)
-      m[i] = i % 6 == 0 ? -std::numeric_limits<float>::infinity()
-                        : 0.3f * static_cast<float>(i % 5) - 0.6f;
-    o.mask = {MaskKind::additive, m.data(), 0, 4 * 5, 5, 1};
-  });
-  add("alibi", {1, 4, 4, 5, 5, 3, 3}, [](O& o, B&, F&, I&, F& slopes) {
-    slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
-    o.alibi_slopes = slopes.data();
-    o.causal = true;
-  });
-  add("alibi_bidirectional_bottom_right", {1, 2, 2, 3, 6, 3, 3}, [](O& o, B&, F&, I&, F& slopes) {
-    slopes = {0.3f, 0.7f};
-    o.alibi_slopes = slopes.data();
-    o.alignment = Alignment::bottom_right;
-  });
-  add("softcap", {1, 2, 2, 4, 5, 8, 4}, [](O& o, B&, F&, I&, F&) {
-    o.softcap = 0.5f;
-    o.scale = 2.0f;
-  });
-  add("gqa", {2, 6, 2, 3, 4, 3, 2}, [](O& o, B&, F&, I&, F&) { o.causal = true; });
-  add("mqa", {1, 4, 1, 3, 5, 3, 3}, [](O&, B&, F&, I&, F&) {});
-  add("dropout", {2, 2, 1, 4, 5, 3, 3}, [](O& o, B&, F&, I&, F&) {
-    o.dropout_p = 0.3f;
-    o.dropout_seed = 99;
-  });
-  add("everything", {2, 4, 2, 5, 7, 4, 3}, [](O& o, B& m, F&, I& lens, F& slopes) {
-    o.causal = true;
-    o.alignment = Alignment::bottom_right;
-    o.window_left = 4;
-    lens = {7, 5};
-    o.key_lengths = lens.data();
-    slopes = {0.1f, 0.2f, 0.3f, 0.4f};
-    o.alibi_slopes = slopes.data();
-    o.softcap = 3.0f;
-    m.resize(5 * 7);
-    for (size_t i = 0; i < m.size(); ++i) m[i] = i % 5 != 1;
-    o.mask = {MaskKind::boolean, m.data(), 0, 0, 7, 1};
-    o.dropout_p = 0.2f;
-    o.dropout_seed = 5;
-  });
-  return cases;
-}
 
 // Dense formula: for each (b, h) build S = scale·Q·Kᵀ, the bias and the allowed matrix, then
 // P = softmax(S) row by row and O = (P ⊙ keep)·V.
@@ -220,14 +129,12 @@ std::vector<double> dense_formula(const AttentionParams& p, std::vector<double>*
 }
 
 TEST(ReferenceForward, MatchesDenseFormulaForEveryOption) {
-  for (const Case& c : option_cases()) {
+  for (const OptionCase& c : option_cases()) {
     SCOPED_TRACE(c.name);
     Problem pr(c.shape, 11);
-    AttentionOptions o;
-    std::vector<uint8_t> bmask;
-    std::vector<float> fmask, slopes;
-    std::vector<int64_t> lens;
-    c.setup(o, bmask, fmask, lens, slopes);
+    CaseData data;
+    c.setup(data);
+    const AttentionOptions& o = data.options;
     AttentionParams p = pr.params(o);
     reference::forward(p);
     std::vector<double> lse;
@@ -269,14 +176,12 @@ void check_gradient(Problem& pr, const AttentionOptions& o, std::vector<float>& 
 }
 
 TEST(ReferenceBackward, MatchesFiniteDifferencesForEveryOption) {
-  for (const Case& c : option_cases()) {
+  for (const OptionCase& c : option_cases()) {
     SCOPED_TRACE(c.name);
     Problem pr(c.shape, 23);
-    AttentionOptions o;
-    std::vector<uint8_t> bmask;
-    std::vector<float> fmask, slopes;
-    std::vector<int64_t> lens;
-    c.setup(o, bmask, fmask, lens, slopes);
+    CaseData data;
+    c.setup(data);
+    const AttentionOptions& o = data.options;
     reference::backward(pr.params(o));
     const std::vector<float> dq = pr.dq, dk = pr.dk, dv = pr.dv;
     check_gradient(pr, o, pr.q, dq, "dq");
