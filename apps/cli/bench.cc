@@ -15,6 +15,8 @@ nlohmann::json timing_json(const Timing& t) {
 
 }  // namespace
 
+void add_bench_attention(CLI::App& bench);
+
 void add_bench(CLI::App& app) {
   auto* bench =
       app.add_subcommand("bench", "Benchmarks, reported as a fraction of this machine's peak");
@@ -43,6 +45,8 @@ void add_bench(CLI::App& app) {
       fmt::print("FMA peak: {:.1f} GFLOP/s on {} thread(s) ({})\n", r.gflops, r.threads, r.target);
     }
   });
+
+  add_bench_attention(*bench);
 
   auto mm = std::make_shared<bench::MatmulBenchConfig>();
   auto mm_json = std::make_shared<bool>(false);
@@ -75,6 +79,60 @@ void add_bench(CLI::App& app) {
           mm->m, mm->n, mm->k, mm->threads, r.timing.median * 1e3, r.gflops,
           100 * r.fraction_of_peak, r.peak.gflops);
     }
+  });
+}
+
+void add_bench_attention(CLI::App& bench) {
+  auto c = std::make_shared<bench::AttentionBenchConfig>();
+  auto json = std::make_shared<bool>(false);
+  auto kernel = std::make_shared<std::string>("fused");
+  auto* cmd = bench.add_subcommand("attention", "Attention forward (or backward) GFLOP/s");
+  cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str();
+  cmd->add_option("--heads", c->heads, "Query heads")->capture_default_str();
+  cmd->add_option("--kv-heads", c->kv_heads, "Key/value heads (default: --heads)");
+  cmd->add_option("--seq", c->seq, "Query length")->capture_default_str();
+  cmd->add_option("--seq-kv", c->seq_kv, "Key/value length (default: --seq)");
+  cmd->add_option("--head-dim", c->head_dim, "Head dimension")->capture_default_str();
+  cmd->add_flag("--causal", c->causal, "Causal mask");
+  cmd->add_flag("--backward", c->backward, "Time the backward pass");
+  cmd->add_option("--threads", c->threads, "Threads")->capture_default_str();
+  cmd->add_option("--kernel", *kernel, "fused | reference")
+      ->check(CLI::IsMember({"fused", "reference"}))
+      ->capture_default_str();
+  cmd->add_option("--runs", c->runs, "Timed runs (the median is reported)")->capture_default_str();
+  cmd->add_flag("--json", *json, "Machine-readable output");
+  cmd->callback([c, json, kernel] {
+    c->kernel =
+        *kernel == "reference" ? bench::AttentionKernel::reference : bench::AttentionKernel::fused;
+    const bench::AttentionBenchReport r = bench::bench_attention(*c);
+    const bench::AttentionBenchConfig& k = r.config;
+    if (*json) {
+      nlohmann::json j = timing_json(r.timing);
+      j.update({{"batch", k.batch},
+                {"heads", k.heads},
+                {"kv_heads", k.kv_heads},
+                {"seq", k.seq},
+                {"seq_kv", k.seq_kv},
+                {"head_dim", k.head_dim},
+                {"causal", k.causal},
+                {"backward", k.backward},
+                {"threads", k.threads},
+                {"kernel", *kernel},
+                {"target", r.target},
+                {"flops", r.flops},
+                {"gflops", r.gflops},
+                {"peak_gflops", r.peak.gflops},
+                {"fraction_of_peak", r.fraction_of_peak}});
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    fmt::print(
+        "attention {} B={} H={} Hkv={} Lq={} Lk={} D={}{} [{} kernel, {}] on {} thread(s): "
+        "median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the FMA peak {:.1f} GFLOP/s measured "
+        "in this run\n",
+        k.backward ? "backward" : "forward", k.batch, k.heads, k.kv_heads, k.seq, k.seq_kv,
+        k.head_dim, k.causal ? " causal" : "", *kernel, r.target, k.threads, r.timing.median * 1e3,
+        r.gflops, 100 * r.fraction_of_peak, r.peak.gflops);
   });
 }
 

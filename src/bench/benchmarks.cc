@@ -1,10 +1,14 @@
 #include "headlight/bench/benchmarks.h"
 
+#include <functional>
 #include <vector>
 
+#include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/attention/reference.h"
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
+#include "headlight/core/tensor.h"
 #include "headlight/ops/matmul.h"
 
 namespace headlight::bench {
@@ -37,6 +41,66 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
       },
       c.warmup, c.runs);
   r.flops = 2.0 * static_cast<double>(c.m) * static_cast<double>(c.n) * static_cast<double>(c.k);
+  r.gflops = r.flops / r.timing.median * 1e-9;
+  r.fraction_of_peak = r.gflops / r.peak.gflops;
+  return r;
+}
+
+AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
+  AttentionBenchConfig c = config;
+  if (c.kv_heads == 0) c.kv_heads = c.heads;
+  if (c.seq_kv == 0) c.seq_kv = c.seq;
+  check(c.batch > 0 && c.heads > 0 && c.seq > 0 && c.seq_kv > 0 && c.head_dim > 0,
+        "attention bench: batch, heads, seq, seq-kv and head-dim must be positive");
+  check(c.threads > 0, "threads: must be positive, got {}", c.threads);
+  check(c.kv_heads > 0 && c.heads % c.kv_heads == 0, "kv-heads ({}) must divide heads ({})",
+        c.kv_heads, c.heads);
+  check(!c.backward || c.kernel == AttentionKernel::reference,
+        "--backward: the fused backward is not built yet; use --kernel reference");
+  const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
+  checked_numel({B, H, L, D}, "query");
+  checked_numel({B, G, S, D}, "key");
+  std::vector<float> q(static_cast<size_t>(B * H * L * D)), k(static_cast<size_t>(B * G * S * D));
+  std::vector<float> v(k.size()), out(q.size()), lse(static_cast<size_t>(B * H * L));
+  std::vector<float> dq, dk, dv;
+  Generator g(3);
+  for (auto* buf : {&q, &k, &v, &out})
+    for (auto& x : *buf) x = g.uniform(-1, 1);
+  attention::AttentionParams p;
+  p.shape = {B, H, G, L, S, D, D};
+  p.options.causal = c.causal;
+  p.q = {q.data(), H * L * D, L * D, D};
+  p.k = {k.data(), G * S * D, S * D, D};
+  p.v = {v.data(), G * S * D, S * D, D};
+  p.out = {out.data(), H * L * D, L * D, D};
+  p.lse = lse.data();
+  if (c.backward) {
+    dq.resize(q.size());
+    dk.resize(k.size());
+    dv.resize(v.size());
+    p.dout = p.out;
+    p.dq = {dq.data(), H * L * D, L * D, D};
+    p.dk = {dk.data(), G * S * D, S * D, D};
+    p.dv = {dv.data(), G * S * D, S * D, D};
+  }
+  ThreadContext ctx(c.threads);
+  std::function<void()> run;
+  if (c.kernel == AttentionKernel::fused) {
+    run = [&] { attention::cpu::flash_forward(ctx, p); };
+  } else if (c.backward) {
+    run = [&] { attention::reference::backward(p); };
+  } else {
+    run = [&] { attention::reference::forward(p); };
+  }
+  AttentionBenchReport r;
+  r.config = c;
+  r.target =
+      c.kernel == AttentionKernel::fused ? attention::cpu::flash_target() : "scalar reference";
+  r.peak = measure_peak(c.threads);
+  r.timing = time_runs(run, c.warmup, c.runs);
+  r.flops = 2.0 * double(B) * double(H) * double(L) * double(S) * double(2 * D);
+  if (c.causal && L == S) r.flops /= 2;
+  if (c.backward) r.flops *= 2.5;
   r.gflops = r.flops / r.timing.median * 1e-9;
   r.fraction_of_peak = r.gflops / r.peak.gflops;
   return r;

@@ -37,4 +37,31 @@ struct MatmulBenchReport {
 
 MatmulBenchReport bench_matmul(const MatmulBenchConfig& config);
 
+enum class AttentionKernel { fused, reference };
+
+struct AttentionBenchConfig {
+  int64_t batch = 1, heads = 8, kv_heads = 0;  // kv_heads 0: = heads
+  int64_t seq = 2048, seq_kv = 0;              // seq_kv 0: = seq
+  int64_t head_dim = 64;
+  bool causal = false;
+  bool backward = false;
+  int threads = 2;
+  AttentionKernel kernel = AttentionKernel::fused;
+  int warmup = 1;
+  int runs = 5;
+};
+
+struct AttentionBenchReport {
+  AttentionBenchConfig config;  // with the defaults resolved
+  Timing timing;
+  // Forward: 2·B·H·Lq·Lk·(D + Dv), halved when causal with Lq = Lk; backward: 2.5× the forward.
+  double flops = 0;
+  double gflops = 0;
+  PeakReport peak;
+  double fraction_of_peak = 0;
+  std::string target;  // SIMD target of the kernel
+};
+
+AttentionBenchReport bench_attention(const AttentionBenchConfig& config);
+
 }  // namespace headlight::bench

@@ -6,6 +6,7 @@
 // fixed order is bitwise the same for every thread count.
 #pragma once
 
+#include <omp.h>
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +57,24 @@ class ThreadContext {
     }
 #pragma omp parallel for num_threads(parts) schedule(static, 1)
     for (int w = 0; w < parts; ++w) fn(partition(n, parts, w), w);
+  }
+
+  // Runs fn(item, worker) for every item of [0, n), handing items to threads as they free up.
+  // Use it only when each item's result is computed by one thread in a fixed order (then the
+  // results do not depend on which thread took which item).
+  template <typename Fn>
+  void parallel_items(int64_t n, Fn&& fn) {
+    const int parts = static_cast<int>(std::min<int64_t>(num_threads_, std::max<int64_t>(n, 1)));
+    if (parts <= 1) {
+      for (int64_t i = 0; i < n; ++i) fn(i, 0);
+      return;
+    }
+#pragma omp parallel num_threads(parts)
+    {
+      const int worker = omp_get_thread_num();
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < n; ++i) fn(i, worker);
+    }
   }
 
   ScratchArena& scratch(int worker) {

@@ -1,0 +1,208 @@
+// Per-target SIMD inner loops of the fused attention forward (flash_forward.cc has the tiling).
+//
+// Three loops do all the arithmetic of one (query block × key block) tile:
+//   QkTile        S[r, c]  = Σ_e Q[r, e] · Kᵀ[e, c]      register tile of R rows × NV vectors of
+//   keys;
+//                 Q is broadcast one element at a time, Kᵀ (packed [D, Bc]) is loaded as vectors.
+//   SoftmaxRows   the online softmax of each row: m' = max(m, max_c S), α = exp(m − m'),
+//                 P = exp(S − m'), l' = α·l + Σ_c P, in place of S.
+//   PvTile        O[r, :] = α_r · O[r, :] + Σ_c P[r, c] · V[c, :]   register tile of R rows × NV
+//                 vectors of the value dim; P is broadcast, V (packed [Bc, Dv]) loaded as vectors.
+// Widths are padded to whole vectors by the packing in flash_forward.cc (padded keys are −inf in S
+// and zero in V), so the loops have no tails.
+
+#if defined(HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_
+#undef HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_
+#else
+#define HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace headlight {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// S[R rows, NV vectors] for rows q[0..R) (leading dim ldq) against kt[:, c0 .. c0 + NV·L).
+template <size_t R, size_t NV>
+HWY_INLINE void QkMicro(const float* HWY_RESTRICT q, size_t ldq, const float* HWY_RESTRICT kt,
+                        size_t ldk, size_t dim, float* HWY_RESTRICT s, size_t lds) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF acc[R][NV];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NV; ++v) acc[r][v] = hn::Zero(d);
+  for (size_t e = 0; e < dim; ++e) {
+    VF k[NV];
+    for (size_t v = 0; v < NV; ++v) k[v] = hn::LoadU(d, kt + e * ldk + v * L);
+    for (size_t r = 0; r < R; ++r) {
+      const VF qv = hn::Set(d, q[r * ldq + e]);
+      for (size_t v = 0; v < NV; ++v) acc[r][v] = hn::MulAdd(qv, k[v], acc[r][v]);
+    }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NV; ++v) hn::StoreU(acc[r][v], d, s + r * lds + v * L);
+}
+
+template <size_t R>
+HWY_INLINE void QkRows(const float* q, size_t ldq, const float* kt, size_t ldk, size_t dim,
+                       size_t cols, float* s, size_t lds) {
+  const size_t L = hn::Lanes(DF());
+  size_t c = 0;
+  for (; c + 4 * L <= cols; c += 4 * L) QkMicro<R, 4>(q, ldq, kt + c, ldk, dim, s + c, lds);
+  for (; c < cols; c += L) QkMicro<R, 1>(q, ldq, kt + c, ldk, dim, s + c, lds);
+}
+
+// s[rows, cols] = q[rows, dim] · kt[dim, cols]; cols is a multiple of the vector length.
+void QkTile(const float* q, size_t ldq, size_t rows, const float* kt, size_t ldk, size_t dim,
+            size_t cols, float* s, size_t lds) {
+  constexpr size_t kR = 6;
+  size_t r = 0;
+  for (; r + kR <= rows; r += kR)
+    QkRows<kR>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
+  switch (rows - r) {
+    case 5:
+      QkRows<5>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
+      break;
+    case 4:
+      QkRows<4>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
+      break;
+    case 3:
+      QkRows<3>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
+      break;
+    case 2:
+      QkRows<2>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
+      break;
+    case 1:
+      QkRows<1>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
+      break;
+    default:
+      break;
+  }
+}
+
+// s ← cap · tanh(s / cap) over rows × cols.
+void SoftcapTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF vcap = hn::Set(d, cap), inv = hn::Set(d, 1.0f / cap);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; c += L) {
+      const VF x = hn::LoadU(d, s + r * lds + c);
+      hn::StoreU(hn::Mul(vcap, hn::Tanh(d, hn::Mul(x, inv))), d, s + r * lds + c);
+    }
+}
+
+// The online softmax over `cols` columns of each row (cols a multiple of the vector length, the
+// columns past the valid keys already −inf). Updates m, l and writes α; S becomes P.
+void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (size_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    VF vmax = hn::Set(d, ninf);
+    for (size_t c = 0; c < cols; c += L) vmax = hn::Max(vmax, hn::LoadU(d, row + c));
+    const float tile_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
+    const float m_new = std::max(m[r], tile_max);
+    if (m_new == ninf) {  // nothing allowed so far: P = 0, state unchanged
+      for (size_t c = 0; c < cols; c += L) hn::StoreU(hn::Zero(d), d, row + c);
+      alpha[r] = 1.0f;
+      continue;
+    }
+    alpha[r] = m[r] == ninf ? 0.0f : std::exp(m[r] - m_new);
+    const VF vm = hn::Set(d, m_new);
+    VF sum = hn::Zero(d);
+    for (size_t c = 0; c < cols; c += L) {
+      const VF p = hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vm));
+      sum = hn::Add(sum, p);
+      hn::StoreU(p, d, row + c);
+    }
+    l[r] = alpha[r] * l[r] + hn::GetLane(hn::SumOfLanes(d, sum));
+    m[r] = m_new;
+  }
+}
+
+template <size_t R, size_t NV>
+HWY_INLINE void PvMicro(const float* HWY_RESTRICT p, size_t ldp, size_t cols,
+                        const float* HWY_RESTRICT v, size_t ldv, float* HWY_RESTRICT o, size_t ldo,
+                        const float* HWY_RESTRICT alpha) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF acc[R][NV];
+  for (size_t r = 0; r < R; ++r) {
+    const VF a = hn::Set(d, alpha[r]);
+    for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::Mul(a, hn::LoadU(d, o + r * ldo + x * L));
+  }
+  for (size_t c = 0; c < cols; ++c) {
+    VF vv[NV];
+    for (size_t x = 0; x < NV; ++x) vv[x] = hn::LoadU(d, v + c * ldv + x * L);
+    for (size_t r = 0; r < R; ++r) {
+      const VF pv = hn::Set(d, p[r * ldp + c]);
+      for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::MulAdd(pv, vv[x], acc[r][x]);
+    }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t x = 0; x < NV; ++x) hn::StoreU(acc[r][x], d, o + r * ldo + x * L);
+}
+
+template <size_t R>
+HWY_INLINE void PvRows(const float* p, size_t ldp, size_t cols, const float* v, size_t ldv,
+                       size_t width, float* o, size_t ldo, const float* alpha) {
+  const size_t L = hn::Lanes(DF());
+  size_t x = 0;
+  for (; x + 4 * L <= width; x += 4 * L) PvMicro<R, 4>(p, ldp, cols, v + x, ldv, o + x, ldo, alpha);
+  for (; x < width; x += L) PvMicro<R, 1>(p, ldp, cols, v + x, ldv, o + x, ldo, alpha);
+}
+
+// o[rows, width] = alpha ⊙ o + p[rows, cols] · v[cols, width]; width a multiple of the vector
+// length.
+void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
+            size_t width, float* o, size_t ldo, const float* alpha) {
+  constexpr size_t kR = 6;
+  size_t r = 0;
+  for (; r + kR <= rows; r += kR)
+    PvRows<kR>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo, alpha + r);
+  const float* pr = p + r * ldp;
+  float* orow = o + r * ldo;
+  switch (rows - r) {
+    case 5:
+      PvRows<5>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      break;
+    case 4:
+      PvRows<4>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      break;
+    case 3:
+      PvRows<3>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      break;
+    case 2:
+      PvRows<2>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      break;
+    case 1:
+      PvRows<1>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      break;
+    default:
+      break;
+  }
+}
+
+size_t FloatLanes() {
+  return hn::Lanes(DF());
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace headlight
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard toggle

@@ -1,0 +1,278 @@
+// Fused attention forward on the CPU: tiling, partitioning, scratch and dispatch. The SIMD inner
+// loops are in flash_forward-inl.h; the formulas are those of params.h, and reference::forward is
+// the specification this kernel is tested against.
+//
+// The math (FlashAttention, Dao et al. 2022, with the FlashAttention-2 loop order). For one query
+// row i and key blocks J_1, J_2, …, keep a running maximum m, a running sum l and an unnormalised
+// output o:
+//     S_J = s(i, J)                       scores of the block (scale folded into Q when packing)
+//     m'  = max(m, max S_J),  α = exp(m − m'),  P_J = exp(S_J − m')
+//     l'  = α·l + Σ P_J,      o' = α·o + P_J · V_J
+// and at the end out_i = o / l, lse_i = m + log l. Every score is computed once and never stored
+// beyond its tile: memory is O(rows × block) per thread, not O(L_q × L_kv).
+//
+// Tiling. A work item is (batch b, key/value head g, block of Br query rows); it holds the Br rows
+// of every query head h of g's group, so each key/value tile is packed once for the whole group
+// (GQA/MQA read K and V once per group). For each key block of Bc keys the item packs Kᵀ [D, Bc]
+// and V [Bc, Dv] (zero-padded to whole vectors, any input strides), then per head:
+//     QkTile → soft-cap → per-element bias and masks → SoftmaxRows → (dropout) → PvTile.
+// Causal, window and key-length masks are structural: each row i allows the key range
+// [lo(i), hi(i)], both non-decreasing in i, so the item visits only the key blocks that meet the
+// union of its rows' ranges (blocks entirely outside are skipped, not masked) and applies
+// element masks only on blocks that are partly outside. Boolean/additive masks and ALiBi apply per
+// element on every visited block.
+//
+// Memory traffic per item: Q once, K and V once per item (Br·group rows reuse each tile), O once.
+// With Br = 48 and D = 64 a key tile is reused 48·group times from L1/L2.
+//
+// Threads take items dynamically; each item is computed by one thread in a fixed order, so the
+// output is bitwise the same for any thread count.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/attention/cpu/flash_forward.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "src/attention/cpu/flash_forward-inl.h"
+
+#if HWY_ONCE
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/core/error.h"
+#include "headlight/core/rng.h"
+#include "src/attention/reference/row_scores.h"
+
+namespace headlight {
+
+HWY_EXPORT(QkTile);
+HWY_EXPORT(SoftcapTile);
+HWY_EXPORT(SoftmaxRows);
+HWY_EXPORT(PvTile);
+HWY_EXPORT(FloatLanes);
+
+namespace attention::cpu {
+namespace {
+
+constexpr int64_t kBlockRows = 48;   // Br: query rows per item and head
+constexpr int64_t kBlockKeys = 128;  // Bc: keys per tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+// The keys row i may attend to, from the structural masks: [lo, hi] inclusive (empty if lo > hi).
+struct KeyRange {
+  int64_t lo, hi;
+};
+
+KeyRange key_range(const AttentionParams& p, int64_t b, int64_t i) {
+  const AttentionOptions& o = p.options;
+  const int64_t pos =
+      i + (o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0);
+  int64_t lo = 0, hi = p.shape.len_kv - 1;
+  if (o.causal) hi = std::min(hi, pos);
+  if (o.window_left >= 0) lo = std::max(lo, pos - o.window_left);
+  if (o.window_right >= 0) hi = std::min(hi, pos + o.window_right);
+  if (o.key_lengths) hi = std::min(hi, o.key_lengths[b] - 1);
+  return {lo, hi};
+}
+
+// Sizes of one call's tiles, and the per-thread scratch carved from them (in floats).
+struct Plan {
+  int64_t lanes, group, dv_pad, bc_pad, br;
+  size_t q_floats, kt_floats, v_floats, s_floats, o_floats, row_floats;
+  size_t total() const {
+    return q_floats + kt_floats + v_floats + s_floats + o_floats + 3 * row_floats;
+  }
+};
+
+struct Scratch {
+  float* q;      // [group, br, D] scaled queries
+  float* kt;     // [D, bc_pad] keys transposed
+  float* v;      // [bc_pad, dv_pad] values
+  float* s;      // [br, bc_pad] scores, then probabilities
+  float* o;      // [group, br, dv_pad] unnormalised outputs
+  float* m;      // [group·br] running maxima
+  float* l;      // [group·br] running sums
+  float* alpha;  // [br]
+};
+
+Scratch carve(float* base, const Plan& plan) {
+  Scratch s;
+  s.q = base;
+  s.kt = s.q + plan.q_floats;
+  s.v = s.kt + plan.kt_floats;
+  s.s = s.v + plan.v_floats;
+  s.o = s.s + plan.s_floats;
+  s.m = s.o + plan.o_floats;
+  s.l = s.m + plan.row_floats;
+  s.alpha = s.l + plan.row_floats;
+  return s;
+}
+
+// Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
+// boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
+void apply_element_masks(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                         int64_t j0, int64_t cols, int64_t cols_pad, bool partial, float* s,
+                         int64_t lds) {
+  const AttentionOptions& o = p.options;
+  const int64_t shift = o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0;
+  const bool per_element = o.alibi_slopes || o.mask.kind != MaskKind::none || partial;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    for (int64_t c = cols; c < cols_pad; ++c) row[c] = kNegInf;
+    if (!per_element) continue;
+    const int64_t i = i0 + r, pos = i + shift;
+    const KeyRange range = partial ? key_range(p, b, i) : KeyRange{j0, j0 + cols - 1};
+    const float slope = o.alibi_slopes ? o.alibi_slopes[h] : 0.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t j = j0 + c;
+      if (j < range.lo || j > range.hi || !reference::mask_allows(o.mask, b, h, i, j)) {
+        row[c] = kNegInf;
+        continue;
+      }
+      float x = row[c];
+      if (o.alibi_slopes) x -= slope * static_cast<float>(std::llabs(pos - j));
+      if (o.mask.kind == MaskKind::additive)
+        x += static_cast<float>(reference::mask_bias(o.mask, b, h, i, j));
+      row[c] = x;
+    }
+  }
+}
+
+void apply_dropout(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                   int64_t j0, int64_t cols, float* s, int64_t lds) {
+  const AttentionOptions& o = p.options;
+  const CounterRng rng(o.dropout_seed);
+  const float inv_keep = 1.0f / (1.0f - o.dropout_p);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t base = static_cast<uint64_t>(
+        ((b * p.shape.heads + h) * p.shape.len_q + i0 + r) * p.shape.len_kv + j0);
+    for (int64_t c = 0; c < cols; ++c)
+      s[r * lds + c] *=
+          rng.uniform(base + static_cast<uint64_t>(c)) >= o.dropout_p ? inv_keep : 0.0f;
+  }
+}
+
+void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, int64_t b, int64_t g,
+              int64_t i0, int64_t rows) {
+  const AttentionShape& sh = p.shape;
+  const AttentionOptions& o = p.options;
+  const int64_t D = sh.head_dim, Dv = sh.value_dim, G = plan.group;
+  const float scale = effective_scale(p);
+
+  // Pack the scaled queries of every head of the group, and reset the running state.
+  for (int64_t hg = 0; hg < G; ++hg) {
+    const int64_t h = g * G + hg;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* src = p.q.at(b, h, i0 + r);
+      float* dst = w.q + (hg * plan.br + r) * D;
+      for (int64_t e = 0; e < D; ++e) dst[e] = src[e] * scale;
+    }
+  }
+  std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
+  std::fill(w.m, w.m + G * plan.br, kNegInf);
+  std::fill(w.l, w.l + G * plan.br, 0.0f);
+
+  // The union of the rows' key ranges: first and last row bound it (ranges are monotone).
+  const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
+  const int64_t j_begin = std::max<int64_t>(first.lo, 0), j_end = std::min(last.hi + 1, sh.len_kv);
+  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBlockKeys) {
+    const int64_t cols = std::min(kBlockKeys, j_end - j0);
+    const int64_t cols_pad = round_up(cols, plan.lanes);
+    // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
+    // row has the smallest hi and the last row the largest lo.
+    const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
+    // Pack Kᵀ [D, cols_pad] and V [cols_pad, dv_pad], zero-padded.
+    for (int64_t e = 0; e < D; ++e)
+      std::fill(w.kt + e * plan.bc_pad + cols, w.kt + e * plan.bc_pad + cols_pad, 0.0f);
+    for (int64_t c = 0; c < cols; ++c) {
+      const float* k = p.k.at(b, g, j0 + c);
+      for (int64_t e = 0; e < D; ++e) w.kt[e * plan.bc_pad + c] = k[e];
+      const float* v = p.v.at(b, g, j0 + c);
+      float* dst = w.v + c * plan.dv_pad;
+      std::memcpy(dst, v, static_cast<size_t>(Dv) * sizeof(float));
+      std::fill(dst + Dv, dst + plan.dv_pad, 0.0f);
+    }
+    std::fill(w.v + cols * plan.dv_pad, w.v + cols_pad * plan.dv_pad, 0.0f);
+
+    for (int64_t hg = 0; hg < G; ++hg) {
+      const int64_t h = g * G + hg;
+      HWY_DYNAMIC_DISPATCH(QkTile)
+      (w.q + hg * plan.br * D, D, rows, w.kt, plan.bc_pad, D, cols_pad, w.s, plan.bc_pad);
+      if (o.softcap > 0)
+        HWY_DYNAMIC_DISPATCH(SoftcapTile)(w.s, rows, cols_pad, plan.bc_pad, o.softcap);
+      apply_element_masks(p, b, h, i0, rows, j0, cols, cols_pad, partial, w.s, plan.bc_pad);
+      float* m = w.m + hg * plan.br;
+      float* l = w.l + hg * plan.br;
+      HWY_DYNAMIC_DISPATCH(SoftmaxRows)(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha);
+      if (o.dropout_p > 0) apply_dropout(p, b, h, i0, rows, j0, cols, w.s, plan.bc_pad);
+      HWY_DYNAMIC_DISPATCH(PvTile)
+      (w.s, plan.bc_pad, rows, cols_pad, w.v, plan.dv_pad, plan.dv_pad,
+       w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
+    }
+  }
+
+  // Normalise and write out.
+  for (int64_t hg = 0; hg < G; ++hg) {
+    const int64_t h = g * G + hg;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float l = w.l[hg * plan.br + r], m = w.m[hg * plan.br + r];
+      const float* src = w.o + (hg * plan.br + r) * plan.dv_pad;
+      float* dst = p.out.at(b, h, i0 + r);
+      const float inv = l > 0 ? 1.0f / l : 0.0f;
+      for (int64_t x = 0; x < Dv; ++x) dst[x] = src[x] * inv;
+      if (p.lse) p.lse[(b * sh.heads + h) * sh.len_q + i0 + r] = l > 0 ? m + std::log(l) : kNegInf;
+    }
+  }
+}
+
+}  // namespace
+
+std::string flash_target() {
+  return hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]);
+}
+
+void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
+  validate(p, /*backward=*/false);
+  check(p.probs == nullptr,
+        "flash_forward: the fused kernel does not materialise probabilities; use the reference "
+        "kernel (or, later, probabilities() from the saved log-sum-exp)");
+  const AttentionShape& sh = p.shape;
+  if (sh.batch == 0 || sh.heads == 0 || sh.len_q == 0) return;
+  Plan plan;
+  plan.lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(FloatLanes)());
+  plan.group = sh.heads / sh.kv_heads;
+  plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
+  plan.bc_pad = round_up(kBlockKeys, plan.lanes);
+  plan.br = std::min(kBlockRows, sh.len_q);
+  const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
+  const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
+  plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
+  plan.kt_floats = round_up(static_cast<int64_t>(D * bc), 16);
+  plan.v_floats = bc * static_cast<size_t>(plan.dv_pad);
+  plan.s_floats = br * bc;
+  plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
+  plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
+
+  const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
+  const int64_t items = sh.batch * sh.kv_heads * q_blocks;
+  ctx.parallel_items(items, [&](int64_t item, int worker) {
+    const int64_t qb = item % q_blocks, g = (item / q_blocks) % sh.kv_heads;
+    const int64_t b = item / (q_blocks * sh.kv_heads);
+    const int64_t i0 = qb * plan.br;
+    const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
+    run_item(p, plan, w, b, g, i0, std::min(plan.br, sh.len_q - i0));
+  });
+}
+
+}  // namespace attention::cpu
+}  // namespace headlight
+
+#endif  // HWY_ONCE

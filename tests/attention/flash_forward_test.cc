@@ -1,0 +1,173 @@
+// The fused forward against the reference: every option of the sweep, odd lengths and head dims,
+// strided (packed QKV) inputs, the accuracy rule of DESIGN.md §3 and bitwise determinism.
+
+#include "headlight/attention/cpu/flash_forward.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "attention_test_util.h"
+#include "headlight/attention/reference.h"
+#include "headlight/core/error.h"
+
+namespace headlight::attention {
+namespace {
+
+using testing::CaseData;
+using testing::option_cases;
+using testing::OptionCase;
+using testing::Problem;
+
+// Max |a − b| over finite entries; infinities must match exactly, and NaN is a failure.
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!(d <= m)) m = d;  // NaN makes m NaN and fails the comparison below
+  }
+  return m;
+}
+
+// A naive fp32 attention (float accumulation, two-pass softmax) for the accuracy rule.
+std::vector<float> naive_fp32(const AttentionParams& p) {
+  const AttentionShape& s = p.shape;
+  std::vector<float> out(static_cast<size_t>(s.batch * s.heads * s.len_q * s.value_dim), 0.0f);
+  const float scale = effective_scale(p);
+  std::vector<float> sc(static_cast<size_t>(s.len_kv));
+  for (int64_t b = 0; b < s.batch; ++b)
+    for (int64_t h = 0; h < s.heads; ++h) {
+      const int64_t g = h / (s.heads / s.kv_heads);
+      for (int64_t i = 0; i < s.len_q; ++i) {
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t j = 0; j < s.len_kv; ++j) {
+          float dot = 0;
+          for (int64_t e = 0; e < s.head_dim; ++e) dot += p.q.at(b, h, i)[e] * p.k.at(b, g, j)[e];
+          sc[j] = scale * dot;
+          mx = std::max(mx, sc[j]);
+        }
+        float sum = 0;
+        for (int64_t j = 0; j < s.len_kv; ++j) sum += sc[j] = std::exp(sc[j] - mx);
+        float* o = out.data() + ((b * s.heads + h) * s.len_q + i) * s.value_dim;
+        for (int64_t j = 0; j < s.len_kv; ++j)
+          for (int64_t e = 0; e < s.value_dim; ++e) o[e] += sc[j] / sum * p.v.at(b, g, j)[e];
+      }
+    }
+  return out;
+}
+
+TEST(FlashForward, MatchesReferenceForEveryOption) {
+  ThreadContext ctx(2);
+  for (const OptionCase& c : option_cases()) {
+    SCOPED_TRACE(c.name);
+    CaseData data;
+    c.setup(data);
+    Problem ref(c.shape, 31), fused(c.shape, 31);
+    AttentionParams pr = ref.params(data.options);
+    reference::forward(pr);
+    AttentionParams pf = fused.params(data.options);
+    pf.probs = nullptr;
+    cpu::flash_forward(ctx, pf);
+    EXPECT_LE(max_diff(fused.out, ref.out), 2e-6);
+    EXPECT_LE(max_diff(fused.lse, ref.lse), 2e-6);
+  }
+}
+
+struct SweepShape {
+  int64_t batch, heads, kv_heads, len_q, len_kv, dim, vdim;
+  bool causal;
+  Alignment align;
+};
+
+TEST(FlashForward, OddLengthsHeadDimsAndTheAccuracyRule) {
+  ThreadContext ctx(2);
+  const Alignment tl = Alignment::top_left, br = Alignment::bottom_right;
+  for (SweepShape s :
+       {SweepShape{1, 2, 2, 1, 1, 1, 1, false, tl}, SweepShape{2, 2, 1, 2, 17, 32, 32, true, br},
+        SweepShape{1, 4, 2, 17, 97, 64, 64, false, tl},
+        SweepShape{1, 2, 2, 97, 97, 80, 80, true, tl},
+        SweepShape{1, 3, 1, 255, 255, 128, 128, true, tl},
+        SweepShape{1, 1, 1, 49, 1025, 256, 256, false, tl},
+        SweepShape{1, 2, 2, 1023, 1023, 64, 64, true, tl},
+        SweepShape{1, 2, 1, 5, 1025, 64, 40, true, br}}) {
+    SCOPED_TRACE(::testing::Message() << "Lq " << s.len_q << " Lk " << s.len_kv << " D " << s.dim);
+    const AttentionShape shape{s.batch, s.heads, s.kv_heads, s.len_q, s.len_kv, s.dim, s.vdim};
+    AttentionOptions o;
+    o.causal = s.causal;
+    o.alignment = s.align;
+    Problem ref(shape, 7), fused(shape, 7);
+    AttentionParams pr = ref.params(o);
+    pr.probs = nullptr;
+    reference::forward(pr);
+    AttentionParams pf = fused.params(o);
+    pf.probs = nullptr;
+    cpu::flash_forward(ctx, pf);
+    EXPECT_LE(max_diff(fused.out, ref.out), 1e-5);
+    if (!s.causal) {  // the naive fp32 implementation has no masks
+      const double naive = max_diff(naive_fp32(pr), ref.out);
+      EXPECT_LE(max_diff(fused.out, ref.out), 2 * naive + 1e-7) << "naive fp32 error " << naive;
+    }
+  }
+}
+
+TEST(FlashForward, StridedPackedQkvInput) {
+  // One buffer [B, L, 3, H, D] as a fused QKV projection writes it; no copies.
+  ThreadContext ctx(2);
+  const int64_t B = 2, L = 37, H = 3, D = 16;
+  std::vector<float> qkv(static_cast<size_t>(B * L * 3 * H * D));
+  Generator g(5);
+  for (auto& x : qkv) x = g.uniform(-1, 1);
+  auto view = [&](int which) {
+    return Operand{qkv.data() + which * H * D, L * 3 * H * D, D, 3 * H * D};
+  };
+  std::vector<float> out_ref(static_cast<size_t>(B * H * L * D)), out_fused(out_ref.size());
+  AttentionParams p;
+  p.shape = {B, H, H, L, L, D, D};
+  p.options.causal = true;
+  p.q = view(0);
+  p.k = view(1);
+  p.v = view(2);
+  p.out = Operand{out_ref.data(), H * L * D, L * D, D};
+  reference::forward(p);
+  p.out = Operand{out_fused.data(), H * L * D, L * D, D};
+  cpu::flash_forward(ctx, p);
+  EXPECT_LE(max_diff(out_fused, out_ref), 2e-6);
+}
+
+TEST(FlashForward, BitwiseDeterministicAcrossThreadCounts) {
+  const AttentionShape shape{2, 4, 2, 200, 300, 64, 64};
+  AttentionOptions o;
+  o.causal = true;
+  o.alignment = Alignment::bottom_right;
+  Problem p1(shape, 3);
+  ThreadContext one(1);
+  AttentionParams a = p1.params(o);
+  a.probs = nullptr;
+  cpu::flash_forward(one, a);
+  const std::vector<float> first = p1.out;
+  for (int threads : {2, 3}) {
+    ThreadContext ctx(threads);
+    for (int run = 0; run < 2; ++run) {
+      std::fill(p1.out.begin(), p1.out.end(), 0.0f);
+      cpu::flash_forward(ctx, a);
+      EXPECT_EQ(std::memcmp(first.data(), p1.out.data(), first.size() * sizeof(float)), 0)
+          << threads << " threads, run " << run;
+    }
+  }
+}
+
+TEST(FlashForward, RefusesToMaterialiseProbabilities) {
+  ThreadContext ctx(1);
+  Problem pr({1, 1, 1, 2, 2, 2, 2});
+  EXPECT_THROW(cpu::flash_forward(ctx, pr.params()), Error);
+}
+
+}  // namespace
+}  // namespace headlight::attention
