@@ -80,10 +80,15 @@ class ThreadContext {
   ScratchArena& scratch(int worker) {
     return *scratch_[static_cast<size_t>(worker)];
   }
+  // One arena shared by all workers (for data packed once and read by every thread).
+  ScratchArena& shared_scratch() {
+    return shared_;
+  }
 
  private:
   int num_threads_;
   std::vector<std::unique_ptr<ScratchArena>> scratch_;
+  ScratchArena shared_;
 };
 
 // Sets OpenMP's thread count for libraries that read it (oneDNN) for the lifetime of the guard,

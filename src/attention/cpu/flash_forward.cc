@@ -13,8 +13,9 @@
 //
 // Tiling. A work item is (batch b, key/value head g, block of Br query rows); it holds the Br rows
 // of every query head h of g's group, so each key/value tile is packed once for the whole group
-// (GQA/MQA read K and V once per group). For each key block of Bc keys the item packs Kᵀ [D, Bc]
-// and V [Bc, Dv] (zero-padded to whole vectors, any input strides), then per head:
+// (GQA/MQA read K and V once per group). Before the items run, every key block of Bc keys is packed
+// once as Kᵀ [D, Bc] and V [Bc, Dv] (zero-padded to whole vectors, from any input strides) into a
+// buffer kept across calls; each item then visits its key blocks and, per head:
 //     QkTile → soft-cap → per-element bias and masks → SoftmaxRows → (dropout) → PvTile.
 // Causal, window and key-length masks are structural: each row i allows the key range
 // [lo(i), hi(i)], both non-decreasing in i, so the item visits only the key blocks that meet the
@@ -45,6 +46,7 @@
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
+#include "headlight/core/tensor.h"
 #include "src/attention/reference/row_scores.h"
 
 namespace headlight {
@@ -86,16 +88,14 @@ KeyRange key_range(const AttentionParams& p, int64_t b, int64_t i) {
 // Sizes of one call's tiles, and the per-thread scratch carved from them (in floats).
 struct Plan {
   int64_t lanes, group, dv_pad, bc_pad, br;
-  size_t q_floats, kt_floats, v_floats, s_floats, o_floats, row_floats;
-  size_t total() const {
-    return q_floats + kt_floats + v_floats + s_floats + o_floats + 3 * row_floats;
-  }
+  int64_t kv_blocks;     // key blocks per (batch, kv head)
+  int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad] then V [bc_pad, dv_pad]
+  size_t q_floats, s_floats, o_floats, row_floats;
+  size_t total() const { return q_floats + s_floats + o_floats + 3 * row_floats; }
 };
 
 struct Scratch {
   float* q;      // [group, br, D] scaled queries
-  float* kt;     // [D, bc_pad] keys transposed
-  float* v;      // [bc_pad, dv_pad] values
   float* s;      // [br, bc_pad] scores, then probabilities
   float* o;      // [group, br, dv_pad] unnormalised outputs
   float* m;      // [group·br] running maxima
@@ -106,9 +106,7 @@ struct Scratch {
 Scratch carve(float* base, const Plan& plan) {
   Scratch s;
   s.q = base;
-  s.kt = s.q + plan.q_floats;
-  s.v = s.kt + plan.kt_floats;
-  s.s = s.v + plan.v_floats;
+  s.s = s.q + plan.q_floats;
   s.o = s.s + plan.s_floats;
   s.m = s.o + plan.o_floats;
   s.l = s.m + plan.row_floats;
@@ -160,8 +158,28 @@ void apply_dropout(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, i
   }
 }
 
-void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, int64_t b, int64_t g,
-              int64_t i0, int64_t rows) {
+// Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
+// strides. Done once per call and read by every query block of the group.
+void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
+                float* dst) {
+  const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim;
+  const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
+  float* kt = dst;
+  float* v = dst + D * plan.bc_pad;
+  for (int64_t e = 0; e < D; ++e)
+    std::fill(kt + e * plan.bc_pad + cols, kt + (e + 1) * plan.bc_pad, 0.0f);
+  for (int64_t c = 0; c < cols; ++c) {
+    const float* k = p.k.at(b, g, j0 + c);
+    for (int64_t e = 0; e < D; ++e) kt[e * plan.bc_pad + c] = k[e];
+    float* vr = v + c * plan.dv_pad;
+    std::memcpy(vr, p.v.at(b, g, j0 + c), static_cast<size_t>(Dv) * sizeof(float));
+    std::fill(vr + Dv, vr + plan.dv_pad, 0.0f);
+  }
+  std::fill(v + cols * plan.dv_pad, v + plan.bc_pad * plan.dv_pad, 0.0f);
+}
+
+void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* packed,
+              int64_t b, int64_t g, int64_t i0, int64_t rows) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
   const int64_t D = sh.head_dim, Dv = sh.value_dim, G = plan.group;
@@ -183,29 +201,19 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, int6
   // The union of the rows' key ranges: first and last row bound it (ranges are monotone).
   const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
   const int64_t j_begin = std::max<int64_t>(first.lo, 0), j_end = std::min(last.hi + 1, sh.len_kv);
-  for (int64_t j0 = j_begin; j0 < j_end; j0 += kBlockKeys) {
-    const int64_t cols = std::min(kBlockKeys, j_end - j0);
+  const float* blocks = packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats;
+  for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
+    const int64_t cols = std::min(kBlockKeys, sh.len_kv - j0);
+    const float* kt = blocks + (j0 / kBlockKeys) * plan.block_floats;
+    const float* v = kt + D * plan.bc_pad;
     const int64_t cols_pad = round_up(cols, plan.lanes);
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
-    // Pack Kᵀ [D, cols_pad] and V [cols_pad, dv_pad], zero-padded.
-    for (int64_t e = 0; e < D; ++e)
-      std::fill(w.kt + e * plan.bc_pad + cols, w.kt + e * plan.bc_pad + cols_pad, 0.0f);
-    for (int64_t c = 0; c < cols; ++c) {
-      const float* k = p.k.at(b, g, j0 + c);
-      for (int64_t e = 0; e < D; ++e) w.kt[e * plan.bc_pad + c] = k[e];
-      const float* v = p.v.at(b, g, j0 + c);
-      float* dst = w.v + c * plan.dv_pad;
-      std::memcpy(dst, v, static_cast<size_t>(Dv) * sizeof(float));
-      std::fill(dst + Dv, dst + plan.dv_pad, 0.0f);
-    }
-    std::fill(w.v + cols * plan.dv_pad, w.v + cols_pad * plan.dv_pad, 0.0f);
-
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
       HWY_DYNAMIC_DISPATCH(QkTile)
-      (w.q + hg * plan.br * D, D, rows, w.kt, plan.bc_pad, D, cols_pad, w.s, plan.bc_pad);
+      (w.q + hg * plan.br * D, D, rows, kt, plan.bc_pad, D, cols_pad, w.s, plan.bc_pad);
       if (o.softcap > 0)
         HWY_DYNAMIC_DISPATCH(SoftcapTile)(w.s, rows, cols_pad, plan.bc_pad, o.softcap);
       apply_element_masks(p, b, h, i0, rows, j0, cols, cols_pad, partial, w.s, plan.bc_pad);
@@ -214,7 +222,7 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, int6
       HWY_DYNAMIC_DISPATCH(SoftmaxRows)(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha);
       if (o.dropout_p > 0) apply_dropout(p, b, h, i0, rows, j0, cols, w.s, plan.bc_pad);
       HWY_DYNAMIC_DISPATCH(PvTile)
-      (w.s, plan.bc_pad, rows, cols_pad, w.v, plan.dv_pad, plan.dv_pad,
+      (w.s, plan.bc_pad, rows, cols_pad, v, plan.dv_pad, plan.dv_pad,
        w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
     }
   }
@@ -255,11 +263,21 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
   const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
   plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
-  plan.kt_floats = round_up(static_cast<int64_t>(D * bc), 16);
-  plan.v_floats = bc * static_cast<size_t>(plan.dv_pad);
+  plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
+  plan.block_floats =
+      round_up(static_cast<int64_t>(D * bc + bc * static_cast<size_t>(plan.dv_pad)), 16);
   plan.s_floats = br * bc;
   plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
+
+  // Pack every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls).
+  const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
+  float* packed = ctx.shared_scratch().floats(
+      static_cast<size_t>(checked_numel({pack_items, plan.block_floats}, "packed keys")));
+  ctx.parallel_items(pack_items, [&](int64_t item, int) {
+    const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
+    pack_block(p, plan, bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * plan.block_floats);
+  });
 
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
   const int64_t items = sh.batch * sh.kv_heads * q_blocks;
@@ -268,7 +286,7 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
     const int64_t b = item / (q_blocks * sh.kv_heads);
     const int64_t i0 = qb * plan.br;
     const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
-    run_item(p, plan, w, b, g, i0, std::min(plan.br, sh.len_q - i0));
+    run_item(p, plan, w, packed, b, g, i0, std::min(plan.br, sh.len_q - i0));
   });
 }
 
