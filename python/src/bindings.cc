@@ -29,7 +29,7 @@ py::object maybe_array(const py::object& obj, const char* what, py::array& keep)
 
 SdpaOptions sdpa_options(const py::object& attn_mask, py::array& mask_keep, float dropout_p,
                          bool is_causal, std::optional<double> scale, bool enable_gqa,
-                         uint64_t seed) {
+                         uint64_t seed, const std::string& kernel) {
   SdpaOptions o;
   if (!maybe_array(attn_mask, "attn_mask", mask_keep).is_none()) o.attn_mask = view_of(mask_keep);
   o.dropout_p = dropout_p;
@@ -37,6 +37,7 @@ SdpaOptions sdpa_options(const py::object& attn_mask, py::array& mask_keep, floa
   o.is_causal = is_causal;
   if (scale) o.scale = static_cast<float>(*scale);
   o.enable_gqa = enable_gqa;
+  o.kernel = attention::parse_kernel_choice(kernel, "kernel");
   return o;
 }
 
@@ -88,11 +89,11 @@ PYBIND11_MODULE(_headlight, m) {
       "scaled_dot_product_attention",
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& attn_mask, float dropout_p, bool is_causal, std::optional<double> scale,
-         bool enable_gqa, uint64_t seed) {
+         bool enable_gqa, uint64_t seed, const std::string& kernel) {
         py::array q = as_float32(query, "query"), k = as_float32(key, "key");
         py::array v = as_float32(value, "value"), mask_keep;
-        SdpaOptions o =
-            sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa, seed);
+        SdpaOptions o = sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa,
+                                     seed, kernel);
         Tensor out;
         {
           py::gil_scoped_release release;
@@ -104,17 +105,19 @@ PYBIND11_MODULE(_headlight, m) {
       py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
       py::arg("dropout_p") = 0.0f, py::arg("is_causal") = false, py::arg("scale") = py::none(),
       py::arg("enable_gqa") = false, py::kw_only(), py::arg("seed") = 0,
+      py::arg("kernel") = "automatic",
       "PyTorch's scaled_dot_product_attention semantics; a row with no allowed key gives zeros.");
 
   m.def(
       "scaled_dot_product_attention_backward",
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& grad_output, const py::object& attn_mask, bool is_causal,
-         std::optional<double> scale, bool enable_gqa) {
+         std::optional<double> scale, bool enable_gqa, const std::string& kernel) {
         py::array q = as_float32(query, "query"), k = as_float32(key, "key");
         py::array v = as_float32(value, "value"), go = as_float32(grad_output, "grad_output");
         py::array mask_keep;
-        SdpaOptions o = sdpa_options(attn_mask, mask_keep, 0.0f, is_causal, scale, enable_gqa, 0);
+        SdpaOptions o =
+            sdpa_options(attn_mask, mask_keep, 0.0f, is_causal, scale, enable_gqa, 0, kernel);
         attention::SdpaGrads g;
         {
           py::gil_scoped_release release;
@@ -127,7 +130,8 @@ PYBIND11_MODULE(_headlight, m) {
       },
       py::arg("query"), py::arg("key"), py::arg("value"), py::arg("grad_output"),
       py::arg("attn_mask") = py::none(), py::arg("is_causal") = false,
-      py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
+      py::arg("scale") = py::none(), py::arg("enable_gqa") = false, py::kw_only(),
+      py::arg("kernel") = "automatic",
       "Gradients (grad_query, grad_key, grad_value) of scaled_dot_product_attention.");
 
   py::class_<PyMultiheadAttention>(m, "MultiheadAttention")
@@ -135,7 +139,7 @@ PYBIND11_MODULE(_headlight, m) {
                        bool add_bias_kv, bool add_zero_attn, std::optional<int64_t> kdim,
                        std::optional<int64_t> vdim, bool batch_first,
                        std::optional<int64_t> num_kv_heads, uint64_t seed,
-                       std::optional<int> threads) {
+                       std::optional<int> threads, const std::string& kernel) {
              MultiheadAttentionConfig c;
              c.embed_dim = embed_dim;
              c.num_heads = num_heads;
@@ -151,6 +155,7 @@ PYBIND11_MODULE(_headlight, m) {
              c.vdim = vdim.value_or(0);
              c.batch_first = batch_first;
              c.num_kv_heads = num_kv_heads.value_or(0);
+             c.kernel = attention::parse_kernel_choice(kernel, "kernel");
              return new PyMultiheadAttention{MultiheadAttention(c, seed),
                                              ThreadContext(threads.value_or(0))};
            }),
@@ -158,7 +163,7 @@ PYBIND11_MODULE(_headlight, m) {
            py::arg("bias") = true, py::arg("add_bias_kv") = false, py::arg("add_zero_attn") = false,
            py::arg("kdim") = py::none(), py::arg("vdim") = py::none(),
            py::arg("batch_first") = false, py::arg("num_kv_heads") = py::none(), py::kw_only(),
-           py::arg("seed") = 0, py::arg("threads") = py::none())
+           py::arg("seed") = 0, py::arg("threads") = py::none(), py::arg("kernel") = "automatic")
       .def_property_readonly(
           "embed_dim", [](const PyMultiheadAttention& s) { return s.module.config().embed_dim; })
       .def_property_readonly(

@@ -98,8 +98,9 @@ def torch_sdpa(q, k, v, grad_out, mask, is_causal, scale, gqa):
     return o, tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy(), dead
 
 
+@pytest.mark.parametrize("kernel", ["reference", "fused"])
 @pytest.mark.parametrize("case", range(120))
-def test_sdpa_matches_torch(case):
+def test_sdpa_matches_torch(case, kernel):
     rng = np.random.default_rng(1000 + case)
     c = random_config(rng)
     q, k, v = make_inputs(rng, c)
@@ -110,7 +111,7 @@ def test_sdpa_matches_torch(case):
     scale = None if rng.random() < 0.6 else float(rng.uniform(0.05, 1.5))
     gqa = c["gqa"]
     out = headlight.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                                 scale=scale, enable_gqa=gqa)
+                                                 scale=scale, enable_gqa=gqa, kernel=kernel)
     go = rng.standard_normal(out.shape).astype(np.float32)
     ref, dq_ref, dk_ref, dv_ref, dead = torch_sdpa(q, k, v, go, mask, is_causal, scale, gqa)
     assert out.dtype == np.float32 and out.shape == ref.shape
@@ -150,13 +151,14 @@ def test_non_contiguous_and_other_dtypes():
     assert max_abs(out, ref) <= 1e-5
 
 
-def test_nan_propagates_to_affected_rows_only():
+@pytest.mark.parametrize("kernel", ["reference", "fused"])
+def test_nan_propagates_to_affected_rows_only(kernel):
     rng = np.random.default_rng(2)
     q = rng.standard_normal((1, 2, 4, 8)).astype(np.float32)
     k = rng.standard_normal((1, 2, 5, 8)).astype(np.float32)
     v = rng.standard_normal((1, 2, 5, 8)).astype(np.float32)
     q[0, 1, 2, 3] = np.nan
-    out = headlight.scaled_dot_product_attention(q, k, v)
+    out = headlight.scaled_dot_product_attention(q, k, v, kernel=kernel)
     assert np.all(np.isnan(out[0, 1, 2]))
     mask = np.ones(out.shape, dtype=bool)
     mask[0, 1, 2] = False
@@ -175,3 +177,9 @@ def test_dropout_is_seeded_and_unbiased():
     assert not np.array_equal(a, c)
     # With v = 1 the output is Σ_j P'_ij, whose expectation is 1.
     assert abs(float(a.mean()) - 1.0) < 0.15
+
+
+def test_unknown_kernel_is_a_value_error():
+    q = np.ones((2, 3, 4), np.float32)
+    with pytest.raises(ValueError, match="kernel: unknown kernel 'fast'"):
+        headlight.scaled_dot_product_attention(q, q, q, kernel="fast")

@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 
-#include "headlight/attention/reference.h"
 #include "headlight/core/rng.h"
 #include "headlight/ops/matmul.h"
 #include "src/attention/multihead_attention_cache.h"
@@ -278,7 +277,7 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
   Tensor probs;
   if (opt.need_weights) probs = Tensor::empty({N, H, L, Sx});
   p.probs = opt.need_weights ? probs.data() : nullptr;
-  reference::forward(p);
+  attention::forward(ctx, p, c.kernel);
   p.probs = nullptr;
 
   // ---- Gates and the output projection.

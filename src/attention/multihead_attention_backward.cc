@@ -8,8 +8,8 @@
 
 #include <cstring>
 
+#include "headlight/attention/dispatch.h"
 #include "headlight/attention/multihead_attention.h"
-#include "headlight/attention/reference.h"
 #include "headlight/ops/matmul.h"
 #include "src/attention/multihead_attention_cache.h"
 
@@ -59,7 +59,7 @@ MhaInputGrads MultiheadAttention::backward(ThreadContext& ctx, const TensorView&
   p.dq = Operand{dq.data(), qr.batch_stride(E), d, qr.row_stride(E)};
   p.dk = Operand{dk_full.data(), Hkv * Sx * d, Sx * d, d};
   p.dv = Operand{dv_full.data(), Hkv * Sx * d, Sx * d, d};
-  reference::backward(p);
+  attention::backward(ctx, p, c.kernel);
 
   // ---- Unpack per-head key/value gradients into projection rows; bias_k/v get row S.
   Tensor dkp = Tensor::empty({rows_k, Ekv}), dvp = Tensor::empty({rows_k, Ekv});

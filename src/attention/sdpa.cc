@@ -10,8 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "headlight/attention/reference.h"
-
 namespace headlight::attention {
 namespace {
 
@@ -163,7 +161,7 @@ Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
   const AttentionShape& s = r.params.shape;
   r.params.out =
       Operand{out.data(), s.heads * s.len_q * s.value_dim, s.len_q * s.value_dim, s.value_dim};
-  reference::forward(r.params);
+  forward(ctx, r.params, options.kernel);
   return out;
 }
 
@@ -195,7 +193,7 @@ SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const Tensor
   r.params.dq = contiguous_operand(dq);
   r.params.dk = contiguous_operand(dk);
   r.params.dv = contiguous_operand(dv);
-  reference::backward(r.params);
+  backward(ctx, r.params, options.kernel);
   return SdpaGrads{sum_to_shape(dq, query.shape()), sum_to_shape(dk, key.shape()),
                    sum_to_shape(dv, value.shape())};
 }

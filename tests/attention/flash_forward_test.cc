@@ -163,6 +163,21 @@ TEST(FlashForward, BitwiseDeterministicAcrossThreadCounts) {
   }
 }
 
+TEST(FlashForward, NanStaysInTheAffectedRow) {
+  ThreadContext ctx(1);
+  Problem pr({1, 2, 2, 3, 200, 4, 4});
+  pr.q[1 * 4 + 2] = std::nanf("");  // batch 0, head 0, row 1
+  AttentionParams p = pr.params();
+  p.probs = nullptr;
+  cpu::flash_forward(ctx, p);
+  for (int e = 0; e < 4; ++e) {
+    EXPECT_TRUE(std::isnan(pr.out[1 * 4 + e]));
+    EXPECT_FALSE(std::isnan(pr.out[0 * 4 + e]));
+    EXPECT_FALSE(std::isnan(pr.out[2 * 4 + e]));
+    EXPECT_FALSE(std::isnan(pr.out[3 * 4 + e]));  // head 1
+  }
+}
+
 TEST(FlashForward, RefusesToMaterialiseProbabilities) {
   ThreadContext ctx(1);
   Problem pr({1, 1, 1, 2, 2, 2, 2});

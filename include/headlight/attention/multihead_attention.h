@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "headlight/attention/dispatch.h"
 #include "headlight/core/tensor.h"
 #include "headlight/core/thread_context.h"
 
@@ -36,7 +37,8 @@ struct MultiheadAttentionConfig {
   int64_t kdim = 0;  // 0: embed_dim
   int64_t vdim = 0;  // 0: embed_dim
   bool batch_first = false;
-  int64_t num_kv_heads = 0;  // 0: num_heads
+  int64_t num_kv_heads = 0;                       // 0: num_heads
+  KernelChoice kernel = KernelChoice::automatic;  // the attention kernel (dispatch.h)
 };
 
 struct MhaForwardOptions {

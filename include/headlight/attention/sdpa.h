@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "headlight/attention/dispatch.h"
 #include "headlight/attention/params.h"
 #include "headlight/core/tensor.h"
 #include "headlight/core/thread_context.h"
@@ -25,6 +26,7 @@ struct SdpaOptions {
   bool is_causal = false;
   std::optional<float> scale;
   bool enable_gqa = false;
+  KernelChoice kernel = KernelChoice::automatic;
 };
 
 struct SdpaGrads {

@@ -113,7 +113,18 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
   for (size_t r = 0; r < rows; ++r) {
     float* row = s + r * lds;
     VF vmax = hn::Set(d, ninf);
-    for (size_t c = 0; c < cols; c += L) vmax = hn::Max(vmax, hn::LoadU(d, row + c));
+    VF nan = hn::Zero(d);  // lanes that saw a NaN score (hn::Exp would turn NaN into 0)
+    for (size_t c = 0; c < cols; c += L) {
+      const VF x = hn::LoadU(d, row + c);
+      vmax = hn::Max(vmax, x);
+      nan = hn::Or(nan, hn::VecFromMask(d, hn::IsNaN(x)));
+    }
+    if (!hn::AllFalse(d, hn::MaskFromVec(nan))) {
+      // A NaN score poisons its row, as in the reference: the running state becomes NaN.
+      m[r] = l[r] = alpha[r] = std::numeric_limits<float>::quiet_NaN();
+      for (size_t c = 0; c < cols; c += L) hn::StoreU(hn::Zero(d), d, row + c);
+      continue;
+    }
     const float tile_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
     const float m_new = std::max(m[r], tile_max);
     if (m_new == ninf) {  // nothing allowed so far: P = 0, state unchanged

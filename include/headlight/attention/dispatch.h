@@ -1,0 +1,31 @@
+// Which attention kernel runs: the fused SIMD kernels by default, the reference on request.
+//
+// The environment variable HEADLIGHT_KERNEL=reference|fused (read at each call) forces a path for
+// every call that leaves the choice on `automatic`; an explicit choice in the API wins over it.
+#pragma once
+
+#include <string_view>
+
+#include "headlight/attention/params.h"
+#include "headlight/core/thread_context.h"
+
+namespace headlight::attention {
+
+enum class KernelChoice { automatic, reference, fused };
+
+// "reference" / "fused" / "automatic"; throws naming `what` on anything else.
+KernelChoice parse_kernel_choice(std::string_view name, std::string_view what);
+
+// The kernel `choice` resolves to (automatic: HEADLIGHT_KERNEL if set, else fused).
+KernelChoice resolve_kernel(KernelChoice choice);
+
+// The forward with the chosen kernel. Probabilities (p.probs) come from the reference kernel for
+// now: the fused forward never materialises them.
+void forward(ThreadContext& ctx, const AttentionParams& p,
+             KernelChoice choice = KernelChoice::automatic);
+
+// The backward: the reference kernel (the fused backward is not built yet).
+void backward(ThreadContext& ctx, const AttentionParams& p,
+              KernelChoice choice = KernelChoice::automatic);
+
+}  // namespace headlight::attention

@@ -1,0 +1,39 @@
+#include "headlight/attention/dispatch.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/attention/reference.h"
+#include "headlight/core/error.h"
+
+namespace headlight::attention {
+
+KernelChoice parse_kernel_choice(std::string_view name, std::string_view what) {
+  if (name == "reference") return KernelChoice::reference;
+  if (name == "fused") return KernelChoice::fused;
+  if (name == "automatic" || name.empty()) return KernelChoice::automatic;
+  fail("{}: unknown kernel '{}' (expected reference, fused or automatic)", what, name);
+}
+
+KernelChoice resolve_kernel(KernelChoice choice) {
+  if (choice != KernelChoice::automatic) return choice;
+  const char* env = std::getenv("HEADLIGHT_KERNEL");
+  const KernelChoice from_env = parse_kernel_choice(env ? env : "", "HEADLIGHT_KERNEL");
+  return from_env == KernelChoice::automatic ? KernelChoice::fused : from_env;
+}
+
+void forward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) {
+  if (resolve_kernel(choice) == KernelChoice::reference || p.probs != nullptr) {
+    reference::forward(p);
+  } else {
+    cpu::flash_forward(ctx, p);
+  }
+}
+
+void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) {
+  resolve_kernel(choice);  // validates HEADLIGHT_KERNEL
+  reference::backward(p);
+}
+
+}  // namespace headlight::attention
