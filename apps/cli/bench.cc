@@ -96,14 +96,15 @@ void add_bench_attention(CLI::App& bench) {
   cmd->add_flag("--causal", c->causal, "Causal mask");
   cmd->add_flag("--backward", c->backward, "Time the backward pass");
   cmd->add_option("--threads", c->threads, "Threads")->capture_default_str();
-  cmd->add_option("--kernel", *kernel, "fused | reference")
-      ->check(CLI::IsMember({"fused", "reference"}))
+  cmd->add_option("--kernel", *kernel, "fused | reference | unfused (oneDNN products + softmax)")
+      ->check(CLI::IsMember({"fused", "reference", "unfused"}))
       ->capture_default_str();
   cmd->add_option("--runs", c->runs, "Timed runs (the median is reported)")->capture_default_str();
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->callback([c, json, kernel] {
-    c->kernel =
-        *kernel == "reference" ? bench::AttentionKernel::reference : bench::AttentionKernel::fused;
+    c->kernel = *kernel == "reference" ? bench::AttentionKernel::reference
+                : *kernel == "unfused" ? bench::AttentionKernel::unfused
+                                       : bench::AttentionKernel::fused;
     const bench::AttentionBenchReport r = bench::bench_attention(*c);
     const bench::AttentionBenchConfig& k = r.config;
     if (*json) {

@@ -1,6 +1,8 @@
 #include "headlight/bench/benchmarks.h"
 
+#include <algorithm>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "headlight/attention/cpu/flash_forward.h"
@@ -9,6 +11,7 @@
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/core/tensor.h"
+#include "headlight/ops/elementwise.h"
 #include "headlight/ops/matmul.h"
 
 namespace headlight::bench {
@@ -46,6 +49,38 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
   return r;
 }
 
+namespace {
+
+// The unfused peer: (batch, head) pairs spread over the threads; each runs, per 256-row query
+// block, S = scale·Q·Kᵀ (oneDNN, one thread), −inf above the diagonal when causal, the SIMD row
+// softmax, and O = S·V (oneDNN).
+void unfused_forward(ThreadContext& ctx, const attention::AttentionParams& p) {
+  const attention::AttentionShape& s = p.shape;
+  const int64_t block = 256, group = s.heads / s.kv_heads;
+  const float scale = attention::effective_scale(p);
+  ctx.parallel_items(s.batch * s.heads, [&](int64_t item, int worker) {
+    const int64_t b = item / s.heads, h = item % s.heads;
+    ThreadContext one(1);
+    float* scores = ctx.scratch(worker).floats(static_cast<size_t>(block * s.len_kv));
+    for (int64_t i0 = 0; i0 < s.len_q; i0 += block) {
+      const int64_t rows = std::min(block, s.len_q - i0);
+      ops::matmul(one, {p.q.at(b, h, i0), rows, s.head_dim, p.q.row_stride, false},
+                  {p.k.at(b, h / group, 0), s.head_dim, s.len_kv, p.k.row_stride, true},
+                  {scores, s.len_kv, scale, 0.0f});
+      if (p.options.causal)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t j = i0 + r + 1; j < s.len_kv; ++j)
+            scores[r * s.len_kv + j] = -std::numeric_limits<float>::infinity();
+      ops::softmax_rows(scores, rows, s.len_kv, s.len_kv);
+      ops::matmul(one, {scores, rows, s.len_kv, s.len_kv, false},
+                  {p.v.at(b, h / group, 0), s.len_kv, s.value_dim, p.v.row_stride, false},
+                  {p.out.at(b, h, i0), p.out.row_stride});
+    }
+  });
+}
+
+}  // namespace
+
 AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   AttentionBenchConfig c = config;
   if (c.kv_heads == 0) c.kv_heads = c.heads;
@@ -55,7 +90,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   check(c.threads > 0, "threads: must be positive, got {}", c.threads);
   check(c.kv_heads > 0 && c.heads % c.kv_heads == 0, "kv-heads ({}) must divide heads ({})",
         c.kv_heads, c.heads);
-  check(!c.backward || c.kernel == AttentionKernel::reference,
+  check(!c.backward || c.kernel == AttentionKernel::reference,  // fused backward: later
         "--backward: the fused backward is not built yet; use --kernel reference");
   const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
   checked_numel({B, H, L, D}, "query");
@@ -87,6 +122,8 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   std::function<void()> run;
   if (c.kernel == AttentionKernel::fused) {
     run = [&] { attention::cpu::flash_forward(ctx, p); };
+  } else if (c.kernel == AttentionKernel::unfused) {
+    run = [&] { unfused_forward(ctx, p); };
   } else if (c.backward) {
     run = [&] { attention::reference::backward(p); };
   } else {
@@ -94,8 +131,9 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   }
   AttentionBenchReport r;
   r.config = c;
-  r.target =
-      c.kernel == AttentionKernel::fused ? attention::cpu::flash_target() : "scalar reference";
+  r.target = c.kernel == AttentionKernel::fused     ? attention::cpu::flash_target()
+             : c.kernel == AttentionKernel::unfused ? "oneDNN + softmax"
+                                                    : "scalar reference";
   r.peak = measure_peak(c.threads);
   r.timing = time_runs(run, c.warmup, c.runs);
   r.flops = 2.0 * double(B) * double(H) * double(L) * double(S) * double(2 * D);

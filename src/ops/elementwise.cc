@@ -1,26 +1,46 @@
-#include "headlight/ops/elementwise.h"
+// Row softmax (SIMD through Highway, dynamic dispatch) and small elementwise helpers.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/ops/elementwise.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "src/ops/softmax-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace headlight {
+namespace HWY_NAMESPACE {
+
+bool SoftmaxRowDispatch(float* x, int64_t n) {
+  return SoftmaxRow(x, n);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace headlight
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
 
 #include <cmath>
 #include <limits>
 
-namespace headlight::ops {
+#include "headlight/ops/elementwise.h"
+
+namespace headlight {
+
+HWY_EXPORT(SoftmaxRowDispatch);
+
+namespace ops {
 
 void softmax_rows(float* x, int64_t rows, int64_t cols, int64_t ld) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = x + r * ld;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t c = 0; c < cols; ++c) m = std::fmax(m, row[c]);
-    if (m == -std::numeric_limits<float>::infinity()) {
-      for (int64_t c = 0; c < cols; ++c) row[c] = 0.0f;
-      continue;
-    }
-    float sum = 0.0f;
-    for (int64_t c = 0; c < cols; ++c) {
-      row[c] = std::exp(row[c] - m);
-      sum += row[c];
-    }
-    const float inv = 1.0f / sum;
-    for (int64_t c = 0; c < cols; ++c) row[c] *= inv;
+    if (HWY_DYNAMIC_DISPATCH(SoftmaxRowDispatch)(row, cols)) continue;
+    // NaN or no allowed entry: NaN spreads over the row; an all −inf row becomes zeros.
+    bool has_nan = false;
+    for (int64_t c = 0; c < cols; ++c) has_nan = has_nan || std::isnan(row[c]);
+    const float fill = has_nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    for (int64_t c = 0; c < cols; ++c) row[c] = fill;
   }
 }
 
@@ -28,4 +48,7 @@ void axpy(int64_t n, float alpha, const float* x, float* y) {
   for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
-}  // namespace headlight::ops
+}  // namespace ops
+}  // namespace headlight
+
+#endif  // HWY_ONCE

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 namespace headlight::ops {
 namespace {
@@ -26,6 +27,29 @@ TEST(Softmax, NanStaysInItsRow) {
   softmax_rows(&x[0][0], 2, 2, 2);
   EXPECT_TRUE(std::isnan(x[0][0]));
   EXPECT_FALSE(std::isnan(x[1][0]));
+}
+
+}  // namespace
+}  // namespace headlight::ops
+
+namespace headlight::ops {
+namespace {
+
+TEST(Softmax, LongRowsMatchDoublePrecision) {
+  // Long enough for the SIMD body and a scalar tail.
+  std::vector<float> x(3 * 37);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(0.37f * static_cast<float>(i)) * 5.0f;
+  x[40] = -std::numeric_limits<float>::infinity();
+  std::vector<float> y = x;
+  softmax_rows(y.data(), 3, 37, 37);
+  for (int r = 0; r < 3; ++r) {
+    double m = -1e300, z = 0;
+    for (int c = 0; c < 37; ++c) m = std::max(m, double(x[r * 37 + c]));
+    for (int c = 0; c < 37; ++c) z += std::exp(double(x[r * 37 + c]) - m);
+    for (int c = 0; c < 37; ++c)
+      EXPECT_NEAR(y[r * 37 + c], std::exp(double(x[r * 37 + c]) - m) / z, 2e-7);
+  }
+  EXPECT_EQ(y[40], 0.0f);
 }
 
 }  // namespace

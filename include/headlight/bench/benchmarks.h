@@ -37,7 +37,9 @@ struct MatmulBenchReport {
 
 MatmulBenchReport bench_matmul(const MatmulBenchConfig& config);
 
-enum class AttentionKernel { fused, reference };
+// fused: the flash kernel; reference: the specification; unfused: the classic path of dense
+// products through oneDNN and a softmax over materialised scores (256-row query blocks).
+enum class AttentionKernel { fused, reference, unfused };
 
 struct AttentionBenchConfig {
   int64_t batch = 1, heads = 8, kv_heads = 0;  // kv_heads 0: = heads
