@@ -1,0 +1,129 @@
+#!/usr/bin/env python3
+"""Attention forward throughput of headlight and its peers on the same shapes, in one run.
+
+    .venv/bin/python bench/compare.py [--threads 2] [--runs 5] [--shapes 512x64,2048x64,2048x128]
+
+Rows: headlight's fused kernel and its unfused path (oneDNN products + softmax), measured by
+`headlight bench attention`; PyTorch's scaled_dot_product_attention (its CPU flash kernel) and
+nn.MultiheadAttention (need_weights=False; the whole module is timed, projections included, and
+only the attention FLOPs are counted, so its figure understates its attention kernel);
+ONNX Runtime's MultiHeadAttention when `onnxruntime` and
+`onnx` are installed. GFLOP/s use 4·B·H·N²·D (halved when causal); the FMA peak is measured by
+`headlight bench peak` in the same run. Prints a Markdown table.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
+
+
+def cli_json(*args):
+    out = subprocess.run([str(CLI), *args, "--json"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)
+
+
+def median_seconds(fn, runs, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def torch_sdpa(B, H, N, D, causal, runs):
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.rand(B, H, N, D, generator=g) * 2 - 1 for _ in range(3))
+    with torch.no_grad():
+        return median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal), runs)
+
+
+def torch_mha(B, H, N, D, causal, runs):
+    E = H * D
+    m = torch.nn.MultiheadAttention(E, H, batch_first=True).eval()
+    x = torch.rand(B, N, E)
+    mask = torch.nn.Transformer.generate_square_subsequent_mask(N) if causal else None
+    with torch.no_grad():
+        return median_seconds(lambda: m(x, x, x, need_weights=False, attn_mask=mask, is_causal=causal), runs)
+
+
+def onnxruntime_mha(B, H, N, D, causal, runs, threads):
+    try:
+        import onnx
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return None
+    if causal:
+        return None  # the contrib op's causal form needs extra inputs; not compared here
+    E = H * D
+    node = helper.make_node("MultiHeadAttention", ["q", "k", "v"], ["out"], domain="com.microsoft",
+                            num_heads=H)
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [B, N, E]) for n in "qkv"]
+    graph = helper.make_graph([node], "mha", inputs,
+                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [B, N, E])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    feeds = {n: np.random.rand(B, N, E).astype(np.float32) for n in "qkv"}
+    return median_seconds(lambda: sess.run(None, feeds), runs)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--shapes", default="512x64,2048x64,2048x128",
+                    help="comma-separated NxD; append c for causal, e.g. 2048x64c")
+    args = ap.parse_args()
+    if not CLI.exists():
+        sys.exit(f"{CLI} not found: run `make` first")
+    torch.set_num_threads(args.threads)
+    B, H, T = args.batch, args.heads, args.threads
+    peak = cli_json("bench", "peak", "--threads", str(T))["peak_gflops"]
+    print(f"FP32 FMA peak measured in this run: {peak:.1f} GFLOP/s on {T} threads; "
+          f"torch {torch.__version__}; B={B}, H={H}; medians of {args.runs} runs\n")
+    print("| shape | implementation | ms | GFLOP/s | fraction of peak | headlight fused ÷ this |")
+    print("|---|---|---:|---:|---:|---:|")
+    for spec in args.shapes.split(","):
+        causal = spec.endswith("c")
+        N, D = (int(x) for x in spec.rstrip("c").split("x"))
+        flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
+        common = ["bench", "attention", "--batch", str(B), "--heads", str(H), "--seq", str(N),
+                  "--head-dim", str(D), "--threads", str(T), "--runs", str(args.runs)]
+        if causal:
+            common.append("--causal")
+        rows = [("headlight fused", cli_json(*common)["seconds_median"]),
+                ("headlight unfused (oneDNN + softmax)", cli_json(*common, "--kernel", "unfused")["seconds_median"]),
+                ("PyTorch SDPA", torch_sdpa(B, H, N, D, causal, args.runs)),
+                ("PyTorch nn.MultiheadAttention (whole module)", torch_mha(B, H, N, D, causal, args.runs)),
+                ("ONNX Runtime MultiHeadAttention", onnxruntime_mha(B, H, N, D, causal, args.runs, T))]
+        fused = rows[0][1]
+        label = f"N={N}, D={D}{' causal' if causal else ''}"
+        for name, sec in rows:
+            if sec is None:
+                print(f"| {label} | {name} | n/a | | | |")
+                continue
+            gflops = flops / sec * 1e-9
+            print(f"| {label} | {name} | {sec * 1e3:.2f} | {gflops:.1f} | {gflops / peak:.3f} | {sec / fused:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()
