@@ -104,44 +104,87 @@ void SoftcapTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
     }
 }
 
+// Most rows SoftmaxRows handles in one call (a query block).
+constexpr size_t kMaxSoftmaxRows = 256;
+
 // The online softmax over `cols` columns of each row (cols a multiple of the vector length, the
-// columns past the valid keys already −inf). Updates m, l and writes α; S becomes P.
-void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha) {
+// columns past the valid keys already −inf). In three passes, so that no row waits on another:
+//   A  per row: the tile maximum (one horizontal reduction), and whether a NaN is present;
+//   B  over rows, a vector at a time: m' = max(m, tile max), α = exp(m − m');
+//   C  per row: P = exp(S − m') in place, and the running sum kept per lane,
+//      l[r, :] = α·l[r, :] + Σ_c P[r, c·L .. c·L + L)  (l is [rows, L]; its lanes are added once,
+//      at the end of the item, so a tile costs no second horizontal reduction).
+// A row that saw a NaN score gets m = α = NaN, so its sum and output become NaN (hn::Exp alone
+// would turn a NaN score into 0).
+void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l,
+                 float* alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const float ninf = -std::numeric_limits<float>::infinity();
+  HWY_ALIGN float tile_max[kMaxSoftmaxRows], m_new[kMaxSoftmaxRows], a[kMaxSoftmaxRows];
+  // A.
   for (size_t r = 0; r < rows; ++r) {
-    float* row = s + r * lds;
-    VF vmax = hn::Set(d, ninf);
-    VF nan = hn::Zero(d);  // lanes that saw a NaN score (hn::Exp would turn NaN into 0)
-    for (size_t c = 0; c < cols; c += L) {
+    const float* row = s + r * lds;
+    VF vmax0 = hn::Set(d, ninf), vmax1 = vmax0;
+    VF nan = hn::Zero(d);
+    size_t c = 0;
+    for (; c + 2 * L <= cols; c += 2 * L) {
+      const VF x0 = hn::LoadU(d, row + c), x1 = hn::LoadU(d, row + c + L);
+      vmax0 = hn::Max(vmax0, x0);
+      vmax1 = hn::Max(vmax1, x1);
+      nan = hn::Or(nan, hn::VecFromMask(d, hn::IsNaN(hn::Add(x0, x1))));
+    }
+    if (c < cols) {
       const VF x = hn::LoadU(d, row + c);
-      vmax = hn::Max(vmax, x);
+      vmax0 = hn::Max(vmax0, x);
       nan = hn::Or(nan, hn::VecFromMask(d, hn::IsNaN(x)));
     }
-    if (!hn::AllFalse(d, hn::MaskFromVec(nan))) {
-      // A NaN score poisons its row, as in the reference: the running state becomes NaN.
-      m[r] = l[r] = alpha[r] = std::numeric_limits<float>::quiet_NaN();
-      for (size_t c = 0; c < cols; c += L) hn::StoreU(hn::Zero(d), d, row + c);
-      continue;
+    tile_max[r] = hn::AllFalse(d, hn::MaskFromVec(nan))
+                      ? hn::GetLane(hn::MaxOfLanes(d, hn::Max(vmax0, vmax1)))
+                      : std::numeric_limits<float>::quiet_NaN();
+  }
+  // B.
+  const size_t padded = (rows + L - 1) / L * L;
+  for (size_t r = 0; r < padded; ++r) {
+    m_new[r] = r < rows ? m[r] : ninf;
+    if (r >= rows) tile_max[r] = ninf;
+  }
+  const VF vninf = hn::Set(d, ninf), one = hn::Set(d, 1.0f);
+  const VF qnan = hn::Set(d, std::numeric_limits<float>::quiet_NaN());
+  for (size_t r = 0; r < padded; r += L) {
+    const VF mo = hn::Load(d, m_new + r), tm = hn::Load(d, tile_max + r);
+    const auto is_nan = hn::Or(hn::IsNaN(mo), hn::IsNaN(tm));
+    const VF mn = hn::IfThenElse(is_nan, qnan, hn::Max(mo, tm));
+    // exp(−inf − m') = 0 when nothing was allowed before; α = 1 while nothing is allowed at all.
+    VF al = hn::IfThenElse(hn::Eq(mn, vninf), one, hn::Exp(d, hn::Sub(mo, mn)));
+    al = hn::IfThenElse(is_nan, qnan, al);
+    hn::Store(mn, d, m_new + r);
+    hn::Store(al, d, a + r);
+  }
+  // C.
+  for (size_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    m[r] = m_new[r];
+    alpha[r] = a[r];
+    const VF vm = hn::Set(d, m_new[r]);
+    const bool none = m_new[r] == ninf;  // no allowed key yet: P = 0 (exp(−inf − −inf) is NaN)
+    VF sum0 = hn::Zero(d), sum1 = sum0;
+    size_t c = 0;
+    for (; c + 2 * L <= cols; c += 2 * L) {
+      const VF p0 = none ? hn::Zero(d) : hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vm));
+      const VF p1 = none ? hn::Zero(d) : hn::Exp(d, hn::Sub(hn::LoadU(d, row + c + L), vm));
+      sum0 = hn::Add(sum0, p0);
+      sum1 = hn::Add(sum1, p1);
+      hn::StoreU(p0, d, row + c);
+      hn::StoreU(p1, d, row + c + L);
     }
-    const float tile_max = hn::GetLane(hn::MaxOfLanes(d, vmax));
-    const float m_new = std::max(m[r], tile_max);
-    if (m_new == ninf) {  // nothing allowed so far: P = 0, state unchanged
-      for (size_t c = 0; c < cols; c += L) hn::StoreU(hn::Zero(d), d, row + c);
-      alpha[r] = 1.0f;
-      continue;
+    if (c < cols) {
+      const VF p0 = none ? hn::Zero(d) : hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vm));
+      sum0 = hn::Add(sum0, p0);
+      hn::StoreU(p0, d, row + c);
     }
-    alpha[r] = m[r] == ninf ? 0.0f : std::exp(m[r] - m_new);
-    const VF vm = hn::Set(d, m_new);
-    VF sum = hn::Zero(d);
-    for (size_t c = 0; c < cols; c += L) {
-      const VF p = hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vm));
-      sum = hn::Add(sum, p);
-      hn::StoreU(p, d, row + c);
-    }
-    l[r] = alpha[r] * l[r] + hn::GetLane(hn::SumOfLanes(d, sum));
-    m[r] = m_new;
+    float* lr = l + r * L;
+    hn::StoreU(hn::MulAdd(hn::Set(d, a[r]), hn::LoadU(d, lr), hn::Add(sum0, sum1)), d, lr);
   }
 }
 

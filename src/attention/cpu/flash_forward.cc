@@ -60,7 +60,7 @@ HWY_EXPORT(FloatLanes);
 namespace attention::cpu {
 namespace {
 
-constexpr int64_t kBlockRows = 48;   // Br: query rows per item and head
+constexpr int64_t kBlockRows = 48;   // Br: query rows per item and head (≤ kMaxSoftmaxRows)
 constexpr int64_t kBlockKeys = 128;  // Bc: keys per tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
@@ -91,7 +91,9 @@ struct Plan {
   int64_t kv_blocks;     // key blocks per (batch, kv head)
   int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad] then V [bc_pad, dv_pad]
   size_t q_floats, s_floats, o_floats, row_floats;
-  size_t total() const { return q_floats + s_floats + o_floats + 3 * row_floats; }
+  size_t total() const {
+    return q_floats + s_floats + o_floats + row_floats * (2 + static_cast<size_t>(lanes));
+  }
 };
 
 struct Scratch {
@@ -99,7 +101,7 @@ struct Scratch {
   float* s;      // [br, bc_pad] scores, then probabilities
   float* o;      // [group, br, dv_pad] unnormalised outputs
   float* m;      // [group·br] running maxima
-  float* l;      // [group·br] running sums
+  float* l;      // [group·br, lanes] running sums, per lane
   float* alpha;  // [br]
 };
 
@@ -110,7 +112,7 @@ Scratch carve(float* base, const Plan& plan) {
   s.o = s.s + plan.s_floats;
   s.m = s.o + plan.o_floats;
   s.l = s.m + plan.row_floats;
-  s.alpha = s.l + plan.row_floats;
+  s.alpha = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
   return s;
 }
 
@@ -196,7 +198,7 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
   }
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
-  std::fill(w.l, w.l + G * plan.br, 0.0f);
+  std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
 
   // The union of the rows' key ranges: first and last row bound it (ranges are monotone).
   const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
@@ -218,7 +220,7 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
         HWY_DYNAMIC_DISPATCH(SoftcapTile)(w.s, rows, cols_pad, plan.bc_pad, o.softcap);
       apply_element_masks(p, b, h, i0, rows, j0, cols, cols_pad, partial, w.s, plan.bc_pad);
       float* m = w.m + hg * plan.br;
-      float* l = w.l + hg * plan.br;
+      float* l = w.l + hg * plan.br * plan.lanes;
       HWY_DYNAMIC_DISPATCH(SoftmaxRows)(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha);
       if (o.dropout_p > 0) apply_dropout(p, b, h, i0, rows, j0, cols, w.s, plan.bc_pad);
       HWY_DYNAMIC_DISPATCH(PvTile)
@@ -231,12 +233,17 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
   for (int64_t hg = 0; hg < G; ++hg) {
     const int64_t h = g * G + hg;
     for (int64_t r = 0; r < rows; ++r) {
-      const float l = w.l[hg * plan.br + r], m = w.m[hg * plan.br + r];
+      const float* lanes = w.l + (hg * plan.br + r) * plan.lanes;
+      float l = 0;
+      for (int64_t x = 0; x < plan.lanes; ++x) l += lanes[x];
+      const float m = w.m[hg * plan.br + r];
       const float* src = w.o + (hg * plan.br + r) * plan.dv_pad;
       float* dst = p.out.at(b, h, i0 + r);
       const float inv = l > 0 ? 1.0f / l : 0.0f;
       for (int64_t x = 0; x < Dv; ++x) dst[x] = src[x] * inv;
-      if (p.lse) p.lse[(b * sh.heads + h) * sh.len_q + i0 + r] = l > 0 ? m + std::log(l) : kNegInf;
+      if (p.lse)
+        p.lse[(b * sh.heads + h) * sh.len_q + i0 + r] =
+            l > 0 ? m + std::log(l) : (std::isnan(l) ? l : kNegInf);
     }
   }
 }
