@@ -116,8 +116,7 @@ constexpr size_t kMaxSoftmaxRows = 256;
 //      at the end of the item, so a tile costs no second horizontal reduction).
 // A row that saw a NaN score gets m = α = NaN, so its sum and output become NaN (hn::Exp alone
 // would turn a NaN score into 0).
-void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l,
-                 float* alpha) {
+void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const float ninf = -std::numeric_limits<float>::infinity();

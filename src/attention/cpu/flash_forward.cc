@@ -123,13 +123,20 @@ void apply_element_masks(const AttentionParams& p, int64_t b, int64_t h, int64_t
                          int64_t lds) {
   const AttentionOptions& o = p.options;
   const int64_t shift = o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0;
-  const bool per_element = o.alibi_slopes || o.mask.kind != MaskKind::none || partial;
+  const bool per_element = o.alibi_slopes || o.mask.kind != MaskKind::none;
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * lds;
-    for (int64_t c = cols; c < cols_pad; ++c) row[c] = kNegInf;
-    if (!per_element) continue;
     const int64_t i = i0 + r, pos = i + shift;
     const KeyRange range = partial ? key_range(p, b, i) : KeyRange{j0, j0 + cols - 1};
+    if (!per_element) {
+      // Only the structural ranges: −inf before lo and after hi (and on the padding).
+      const int64_t lo = std::clamp<int64_t>(range.lo - j0, 0, cols);
+      const int64_t hi = std::clamp<int64_t>(range.hi - j0 + 1, lo, cols);
+      std::fill(row, row + lo, kNegInf);
+      std::fill(row + hi, row + cols_pad, kNegInf);
+      continue;
+    }
+    for (int64_t c = cols; c < cols_pad; ++c) row[c] = kNegInf;
     const float slope = o.alibi_slopes ? o.alibi_slopes[h] : 0.0f;
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t j = j0 + c;
@@ -289,7 +296,9 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
   const int64_t items = sh.batch * sh.kv_heads * q_blocks;
   ctx.parallel_items(items, [&](int64_t item, int worker) {
-    const int64_t qb = item % q_blocks, g = (item / q_blocks) % sh.kv_heads;
+    // Last query blocks first: with a causal mask they have the most keys, so big items start
+    // early.
+    const int64_t qb = q_blocks - 1 - item % q_blocks, g = (item / q_blocks) % sh.kv_heads;
     const int64_t b = item / (q_blocks * sh.kv_heads);
     const int64_t i0 = qb * plan.br;
     const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
