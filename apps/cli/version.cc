@@ -17,6 +17,7 @@ void add_version(CLI::App& app) {
   auto json = std::make_shared<bool>(false);
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->callback([json] {
+    apply_isa_from_environment();
     const CpuInfo info = cpu_info();
     const dnnl_version_t* dnnl = dnnl_version();
     const std::string dnnl_version = fmt::format("{}.{}.{}", dnnl->major, dnnl->minor, dnnl->patch);

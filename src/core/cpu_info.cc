@@ -26,10 +26,13 @@ HWY_AFTER_NAMESPACE();
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
+#include <mutex>
 #include <string>
 
 #include "headlight/core/cpu_info.h"
+#include "headlight/core/error.h"
 
 namespace headlight {
 
@@ -56,6 +59,36 @@ CpuInfo cpu_info() {
   if (!info.supported_targets.empty()) info.best_target = info.supported_targets.front();
   info.hardware_threads = ThreadContext().num_threads();
   return info;
+}
+
+void force_isa(std::string_view isa) {
+  int64_t limit = 0;  // the best target allowed; 0: no restriction
+  if (isa == "avx3" || isa == "avx512") {
+    limit = HWY_AVX3;
+  } else if (isa == "avx2") {
+    limit = HWY_AVX2;
+  } else if (isa == "sse4") {
+    limit = HWY_SSE4;
+  } else if (isa == "scalar") {
+    limit = HWY_SCALAR;
+  } else if (!(isa.empty() || isa == "best")) {
+    fail("HEADLIGHT_ISA: unknown instruction set '{}' (expected avx3, avx2, sse4, scalar or best)",
+         isa);
+  }
+  // Highway numbers better targets with lower bits: disable every bit below the limit.
+  hwy::DisableTargets(limit == 0 ? 0 : (limit - 1) & ~HWY_SCALAR);
+}
+
+void apply_isa_from_environment() {
+  // The last value applied: HEADLIGHT_ISA and Highway's choice are process-wide by nature.
+  static std::mutex mutex;
+  static std::string applied;
+  const char* env = std::getenv("HEADLIGHT_ISA");
+  const std::string value = env ? env : "";
+  std::lock_guard<std::mutex> lock(mutex);
+  if (value == applied) return;
+  force_isa(value);
+  applied = value;
 }
 
 PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds_per_repeat) {

@@ -12,6 +12,7 @@
 
 #include "attention_test_util.h"
 #include "headlight/attention/reference.h"
+#include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 
 namespace headlight::attention {
@@ -63,21 +64,43 @@ std::vector<float> naive_fp32(const AttentionParams& p) {
   return out;
 }
 
-TEST(FlashForward, MatchesReferenceForEveryOption) {
-  ThreadContext ctx(2);
-  for (const OptionCase& c : option_cases()) {
-    SCOPED_TRACE(c.name);
-    CaseData data;
-    c.setup(data);
-    Problem ref(c.shape, 31), fused(c.shape, 31);
-    AttentionParams pr = ref.params(data.options);
-    reference::forward(pr);
-    AttentionParams pf = fused.params(data.options);
-    pf.probs = nullptr;
-    cpu::flash_forward(ctx, pf);
-    EXPECT_LE(max_diff(fused.out, ref.out), 2e-6);
-    EXPECT_LE(max_diff(fused.lse, ref.lse), 2e-6);
+// Runs fn once for each instruction set this machine supports (the best first), forcing it.
+template <typename Fn>
+void for_each_isa(Fn&& fn) {
+  for (const char* isa : {"best", "avx3", "avx2", "sse4", "scalar"}) {
+    force_isa(isa);
+    const std::string target = cpu::flash_target();
+    SCOPED_TRACE(::testing::Message() << "isa " << isa << " -> " << target);
+    fn();
   }
+  force_isa("best");
+}
+
+TEST(FlashForward, ForcingTheIsaSelectsThatTarget) {
+  force_isa("scalar");
+  EXPECT_EQ(cpu::flash_target(), "SCALAR");
+  force_isa("best");
+  EXPECT_EQ(cpu::flash_target(), cpu_info().best_target);
+  EXPECT_THROW(force_isa("mmx"), Error);
+}
+
+TEST(FlashForward, MatchesReferenceForEveryOption) {
+  for_each_isa([] {
+    ThreadContext ctx(2);
+    for (const OptionCase& c : option_cases()) {
+      SCOPED_TRACE(c.name);
+      CaseData data;
+      c.setup(data);
+      Problem ref(c.shape, 31), fused(c.shape, 31);
+      AttentionParams pr = ref.params(data.options);
+      reference::forward(pr);
+      AttentionParams pf = fused.params(data.options);
+      pf.probs = nullptr;
+      cpu::flash_forward(ctx, pf);
+      EXPECT_LE(max_diff(fused.out, ref.out), 2e-6);
+      EXPECT_LE(max_diff(fused.lse, ref.lse), 2e-6);
+    }
+  });
 }
 
 struct SweepShape {

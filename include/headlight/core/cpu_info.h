@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "headlight/core/thread_context.h"
@@ -17,6 +18,16 @@ struct CpuInfo {
 };
 
 CpuInfo cpu_info();
+
+// Restricts Highway's dynamic dispatch to compiled targets no better than `isa`: "avx3", "avx2",
+// "sse4", "scalar", or "" / "best" for no restriction. For tests and comparisons; it changes
+// Highway's process-wide choice (the one piece of global state, owned by Highway). Throws Error
+// naming HEADLIGHT_ISA on an unknown name.
+void force_isa(std::string_view isa);
+
+// Applies the environment variable HEADLIGHT_ISA (when set) through force_isa; cheap to call on
+// every kernel entry (it acts only when the value changes).
+void apply_isa_from_environment();
 
 struct PeakMeasurement {
   double gflops = 0;  // the best of the repeats

@@ -44,6 +44,7 @@
 #include <limits>
 
 #include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/core/tensor.h"
@@ -262,6 +263,7 @@ std::string flash_target() {
 }
 
 void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
+  apply_isa_from_environment();
   validate(p, /*backward=*/false);
   check(p.probs == nullptr,
         "flash_forward: the fused kernel does not materialise probabilities; use the reference "
