@@ -95,6 +95,8 @@ void add_bench_attention(CLI::App& bench) {
   cmd->add_option("--head-dim", c->head_dim, "Head dimension")->capture_default_str();
   cmd->add_flag("--causal", c->causal, "Causal mask");
   cmd->add_flag("--backward", c->backward, "Time the backward pass");
+  cmd->add_option("--probs-heads", c->probs_heads,
+                  "Also recompute the exact probabilities of this many heads (need_weights)");
   cmd->add_option("--threads", c->threads, "Threads")->capture_default_str();
   cmd->add_option("--kernel", *kernel, "fused | reference | unfused (oneDNN products + softmax)")
       ->check(CLI::IsMember({"fused", "reference", "unfused"}))
@@ -117,6 +119,7 @@ void add_bench_attention(CLI::App& bench) {
                 {"head_dim", k.head_dim},
                 {"causal", k.causal},
                 {"backward", k.backward},
+                {"probs_heads", k.probs_heads},
                 {"threads", k.threads},
                 {"kernel", *kernel},
                 {"target", r.target},

@@ -82,8 +82,9 @@ def torch_mask(m):
     return torch.from_numpy(m) if m.dtype == bool else torch.from_numpy(m.astype(np.float64))
 
 
+@pytest.mark.parametrize("kernel", ["fused", "reference"])
 @pytest.mark.parametrize("case", range(110))
-def test_matches_torch_multihead_attention(case):
+def test_matches_torch_multihead_attention(case, kernel):
     rng = np.random.default_rng(5000 + case)
     c = draw_config(rng)
     q, k, v = inputs(rng, c)
@@ -93,7 +94,7 @@ def test_matches_torch_multihead_attention(case):
 
     ours = headlight.MultiheadAttention(
         c["E"], c["H"], bias=c["bias"], add_bias_kv=c["add_bias_kv"], add_zero_attn=c["add_zero_attn"],
-        kdim=c["kdim"], vdim=c["vdim"], batch_first=c["batch_first"], seed=case)
+        kdim=c["kdim"], vdim=c["vdim"], batch_first=c["batch_first"], seed=case, kernel=kernel)
     theirs = torch.nn.MultiheadAttention(
         c["E"], c["H"], bias=c["bias"], add_bias_kv=c["add_bias_kv"], add_zero_attn=c["add_zero_attn"],
         kdim=c["kdim"], vdim=c["vdim"], batch_first=c["batch_first"], dtype=torch.float64)

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/reference.h"
@@ -24,11 +25,25 @@ KernelChoice resolve_kernel(KernelChoice choice) {
 }
 
 void forward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) {
-  if (resolve_kernel(choice) == KernelChoice::reference || p.probs != nullptr) {
+  if (resolve_kernel(choice) == KernelChoice::reference) {
     reference::forward(p);
-  } else {
-    cpu::flash_forward(ctx, p);
+    return;
   }
+  if (p.probs == nullptr) {
+    cpu::flash_forward(ctx, p);
+    return;
+  }
+  // Probabilities asked for: the fused forward saves the log-sum-exp, and probabilities()
+  // recomputes P from it tile by tile.
+  AttentionParams fused = p;
+  std::vector<float> lse;
+  if (fused.lse == nullptr) {
+    lse.resize(static_cast<size_t>(p.shape.batch * p.shape.heads * p.shape.len_q));
+    fused.lse = lse.data();
+  }
+  fused.probs = nullptr;
+  cpu::flash_forward(ctx, fused);
+  cpu::probabilities(ctx, fused, {}, p.probs);
 }
 
 void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) {

@@ -120,8 +120,18 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   }
   ThreadContext ctx(c.threads);
   std::function<void()> run;
+  check(c.probs_heads >= 0 && c.probs_heads <= H, "probs-heads: must be in [0, {}], got {}", H,
+        c.probs_heads);
+  check(c.probs_heads == 0 || (c.kernel == AttentionKernel::fused && !c.backward),
+        "probs-heads: only with the fused forward");
+  std::vector<float> probs(static_cast<size_t>(c.probs_heads * B * L * S));
+  attention::cpu::ProbabilitiesRequest request;
+  for (int64_t h = 0; h < c.probs_heads; ++h) request.heads.push_back(h);
   if (c.kernel == AttentionKernel::fused) {
-    run = [&] { attention::cpu::flash_forward(ctx, p); };
+    run = [&] {
+      attention::cpu::flash_forward(ctx, p);
+      if (c.probs_heads > 0) attention::cpu::probabilities(ctx, p, request, probs.data());
+    };
   } else if (c.kernel == AttentionKernel::unfused) {
     run = [&] { unfused_forward(ctx, p); };
   } else if (c.backward) {

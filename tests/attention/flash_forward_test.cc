@@ -201,6 +201,56 @@ TEST(FlashForward, NanStaysInTheAffectedRow) {
   }
 }
 
+TEST(Probabilities, MatchTheReferenceForEveryOption) {
+  ThreadContext ctx(2);
+  for (const OptionCase& c : option_cases()) {
+    SCOPED_TRACE(c.name);
+    CaseData data;
+    c.setup(data);
+    Problem ref(c.shape, 41), fused(c.shape, 41);
+    reference::forward(ref.params(data.options));
+    AttentionParams pf = fused.params(data.options);
+    pf.probs = nullptr;
+    cpu::flash_forward(ctx, pf);
+    std::vector<float> probs(ref.probs.size(), -1.0f);
+    cpu::probabilities(ctx, pf, {}, probs.data());
+    EXPECT_LE(max_diff(probs, ref.probs), 2e-6);
+  }
+}
+
+TEST(Probabilities, SubsetOfHeadsAndRows) {
+  ThreadContext ctx(2);
+  const AttentionShape shape{2, 4, 2, 300, 333, 32, 32};
+  AttentionOptions o;
+  o.causal = true;
+  Problem ref(shape, 5), fused(shape, 5);
+  reference::forward(ref.params(o));
+  AttentionParams pf = fused.params(o);
+  pf.probs = nullptr;
+  cpu::flash_forward(ctx, pf);
+  cpu::ProbabilitiesRequest req;
+  req.heads = {3, 0};
+  req.row_begin = 100;
+  req.row_end = 250;
+  std::vector<float> probs(2 * 2 * 150 * 333);
+  cpu::probabilities(ctx, pf, req, probs.data());
+  double worst = 0;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < 150; ++i)
+        for (int64_t j = 0; j < 333; ++j) {
+          const float want = ref.probs[(((b * 4 + req.heads[k]) * 300) + 100 + i) * 333 + j];
+          const float got = probs[((b * 2 + k) * 150 + i) * 333 + j];
+          worst = std::max(worst, std::fabs(double(want) - got));
+        }
+  EXPECT_LE(worst, 2e-6);
+  req.heads = {4};
+  EXPECT_THROW(cpu::probabilities(ctx, pf, req, probs.data()), Error);
+  req.heads = {0};
+  req.row_end = 301;
+  EXPECT_THROW(cpu::probabilities(ctx, pf, req, probs.data()), Error);
+}
+
 TEST(FlashForward, RefusesToMaterialiseProbabilities) {
   ThreadContext ctx(1);
   Problem pr({1, 1, 1, 2, 2, 2, 2});

@@ -19,8 +19,8 @@ KernelChoice parse_kernel_choice(std::string_view name, std::string_view what);
 // The kernel `choice` resolves to (automatic: HEADLIGHT_KERNEL if set, else fused).
 KernelChoice resolve_kernel(KernelChoice choice);
 
-// The forward with the chosen kernel. Probabilities (p.probs) come from the reference kernel for
-// now: the fused forward never materialises them.
+// The forward with the chosen kernel. With the fused kernel, probabilities (p.probs) are recomputed
+// from the saved log-sum-exp by cpu::probabilities after the forward.
 void forward(ThreadContext& ctx, const AttentionParams& p,
              KernelChoice choice = KernelChoice::automatic);
 

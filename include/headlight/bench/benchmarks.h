@@ -47,6 +47,7 @@ struct AttentionBenchConfig {
   int64_t head_dim = 64;
   bool causal = false;
   bool backward = false;
+  int64_t probs_heads = 0;  // after the forward, recompute the probabilities of this many heads
   int threads = 2;
   AttentionKernel kernel = AttentionKernel::fused;
   int warmup = 1;

@@ -250,6 +250,24 @@ void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v
   }
 }
 
+// s[r, c] ← exp(s[r, c] − lse[r]): exact probabilities from the saved log-sum-exp. Rows whose lse
+// is −inf (no allowed key) become 0, rows whose lse is NaN become NaN.
+void ExpShiftRows(float* s, size_t rows, size_t cols, size_t lds, const float* lse) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    if (!(lse[r] > -std::numeric_limits<float>::infinity())) {
+      const VF fill = hn::Set(d, std::isnan(lse[r]) ? lse[r] : 0.0f);
+      for (size_t c = 0; c < cols; c += L) hn::StoreU(fill, d, row + c);
+      continue;
+    }
+    const VF shift = hn::Set(d, lse[r]);
+    for (size_t c = 0; c < cols; c += L)
+      hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), shift)), d, row + c);
+  }
+}
+
 size_t FloatLanes() {
   return hn::Lanes(DF());
 }

@@ -57,6 +57,7 @@ HWY_EXPORT(SoftcapTile);
 HWY_EXPORT(SoftmaxRows);
 HWY_EXPORT(PvTile);
 HWY_EXPORT(FloatLanes);
+HWY_EXPORT(ExpShiftRows);
 
 namespace attention::cpu {
 namespace {
@@ -117,12 +118,19 @@ Scratch carve(float* base, const Plan& plan) {
   return s;
 }
 
+// Where a tile sits: batch b, query head h, rows [i0, i0 + rows), keys [j0, j0 + cols).
+struct TilePos {
+  int64_t b, h, i0, rows, j0, cols;
+  bool partial;  // some row's structural key range does not cover the whole tile
+};
+
 // Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
 // boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
-void apply_element_masks(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                         int64_t j0, int64_t cols, int64_t cols_pad, bool partial, float* s,
+void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t cols_pad, float* s,
                          int64_t lds) {
   const AttentionOptions& o = p.options;
+  const int64_t b = t.b, h = t.h, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
+  const bool partial = t.partial;
   const int64_t shift = o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0;
   const bool per_element = o.alibi_slopes || o.mask.kind != MaskKind::none;
   for (int64_t r = 0; r < rows; ++r) {
@@ -154,9 +162,21 @@ void apply_element_masks(const AttentionParams& p, int64_t b, int64_t h, int64_t
   }
 }
 
-void apply_dropout(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                   int64_t j0, int64_t cols, float* s, int64_t lds) {
+// s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
+// ALiBi and masks; −inf where not allowed and on the padding.
+void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scaled, const TilePos& t,
+                const float* kt, float* s) {
+  const int64_t D = p.shape.head_dim;
+  const int64_t cols_pad = round_up(t.cols, plan.lanes);
+  HWY_DYNAMIC_DISPATCH(QkTile)(q_scaled, D, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
+  if (p.options.softcap > 0)
+    HWY_DYNAMIC_DISPATCH(SoftcapTile)(s, t.rows, cols_pad, plan.bc_pad, p.options.softcap);
+  apply_element_masks(p, t, cols_pad, s, plan.bc_pad);
+}
+
+void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds) {
   const AttentionOptions& o = p.options;
+  const int64_t b = t.b, h = t.h, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
   const CounterRng rng(o.dropout_seed);
   const float inv_keep = 1.0f / (1.0f - o.dropout_p);
   for (int64_t r = 0; r < rows; ++r) {
@@ -188,22 +208,62 @@ void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g
   std::fill(v + cols * plan.dv_pad, v + plan.bc_pad * plan.dv_pad, 0.0f);
 }
 
+// Tile sizes and scratch for one call on p.
+Plan make_plan(const AttentionParams& p) {
+  const AttentionShape& sh = p.shape;
+  Plan plan;
+  plan.lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(FloatLanes)());
+  plan.group = sh.heads / sh.kv_heads;
+  plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
+  plan.bc_pad = round_up(kBlockKeys, plan.lanes);
+  plan.br = std::min(kBlockRows, sh.len_q);
+  const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
+  const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
+  plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
+  plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
+  plan.block_floats =
+      round_up(static_cast<int64_t>(D * bc + bc * static_cast<size_t>(plan.dv_pad)), 16);
+  plan.s_floats = br * bc;
+  plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
+  plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
+
+  return plan;
+}
+
+// Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
+// arena) and returns the packed blocks, [batch, kv_heads, kv_blocks, block_floats].
+const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan& plan) {
+  const AttentionShape& sh = p.shape;
+  const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
+  float* packed = ctx.shared_scratch().floats(
+      static_cast<size_t>(checked_numel({pack_items, plan.block_floats}, "packed keys")));
+  ctx.parallel_items(pack_items, [&](int64_t item, int) {
+    const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
+    pack_block(p, plan, bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * plan.block_floats);
+  });
+  return packed;
+}
+
+// Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].
+void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                  float* dst) {
+  const int64_t D = p.shape.head_dim;
+  const float scale = effective_scale(p);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = p.q.at(b, h, i0 + r);
+    for (int64_t e = 0; e < D; ++e) dst[r * D + e] = src[e] * scale;
+  }
+}
+
 void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* packed,
               int64_t b, int64_t g, int64_t i0, int64_t rows) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
   const int64_t D = sh.head_dim, Dv = sh.value_dim, G = plan.group;
-  const float scale = effective_scale(p);
 
   // Pack the scaled queries of every head of the group, and reset the running state.
-  for (int64_t hg = 0; hg < G; ++hg) {
-    const int64_t h = g * G + hg;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* src = p.q.at(b, h, i0 + r);
-      float* dst = w.q + (hg * plan.br + r) * D;
-      for (int64_t e = 0; e < D; ++e) dst[e] = src[e] * scale;
-    }
-  }
+  for (int64_t hg = 0; hg < G; ++hg)
+    pack_queries(p, b, g * G + hg, i0, rows, w.q + hg * plan.br * D);
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
@@ -222,15 +282,12 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
-      HWY_DYNAMIC_DISPATCH(QkTile)
-      (w.q + hg * plan.br * D, D, rows, kt, plan.bc_pad, D, cols_pad, w.s, plan.bc_pad);
-      if (o.softcap > 0)
-        HWY_DYNAMIC_DISPATCH(SoftcapTile)(w.s, rows, cols_pad, plan.bc_pad, o.softcap);
-      apply_element_masks(p, b, h, i0, rows, j0, cols, cols_pad, partial, w.s, plan.bc_pad);
+      const TilePos tile{b, h, i0, rows, j0, cols, partial};
+      score_tile(p, plan, w.q + hg * plan.br * D, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
       HWY_DYNAMIC_DISPATCH(SoftmaxRows)(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha);
-      if (o.dropout_p > 0) apply_dropout(p, b, h, i0, rows, j0, cols, w.s, plan.bc_pad);
+      if (o.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       HWY_DYNAMIC_DISPATCH(PvTile)
       (w.s, plan.bc_pad, rows, cols_pad, v, plan.dv_pad, plan.dv_pad,
        w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
@@ -266,34 +323,12 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   apply_isa_from_environment();
   validate(p, /*backward=*/false);
   check(p.probs == nullptr,
-        "flash_forward: the fused kernel does not materialise probabilities; use the reference "
-        "kernel (or, later, probabilities() from the saved log-sum-exp)");
+        "flash_forward: the fused kernel does not materialise probabilities; call probabilities() "
+        "with the log-sum-exp it saves");
   const AttentionShape& sh = p.shape;
   if (sh.batch == 0 || sh.heads == 0 || sh.len_q == 0) return;
-  Plan plan;
-  plan.lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(FloatLanes)());
-  plan.group = sh.heads / sh.kv_heads;
-  plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
-  plan.bc_pad = round_up(kBlockKeys, plan.lanes);
-  plan.br = std::min(kBlockRows, sh.len_q);
-  const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
-  const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
-  plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
-  plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
-  plan.block_floats =
-      round_up(static_cast<int64_t>(D * bc + bc * static_cast<size_t>(plan.dv_pad)), 16);
-  plan.s_floats = br * bc;
-  plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
-  plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
-
-  // Pack every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls).
-  const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
-  float* packed = ctx.shared_scratch().floats(
-      static_cast<size_t>(checked_numel({pack_items, plan.block_floats}, "packed keys")));
-  ctx.parallel_items(pack_items, [&](int64_t item, int) {
-    const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
-    pack_block(p, plan, bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * plan.block_floats);
-  });
+  const Plan plan = make_plan(p);
+  const float* packed = pack_keys(ctx, p, plan);
 
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
   const int64_t items = sh.batch * sh.kv_heads * q_blocks;
@@ -305,6 +340,60 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
     const int64_t i0 = qb * plan.br;
     const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
     run_item(p, plan, w, packed, b, g, i0, std::min(plan.br, sh.len_q - i0));
+  });
+}
+
+void probabilities(ThreadContext& ctx, const AttentionParams& p,
+                   const ProbabilitiesRequest& request, float* out) {
+  apply_isa_from_environment();
+  const AttentionShape& sh = p.shape;
+  check(p.q.data != nullptr && (sh.len_kv == 0 || p.k.data != nullptr),
+        "probabilities: query and key pointers are required");
+  AttentionParams checked = p;
+  checked.out.data = out;  // validate() wants an output; ours is `out`
+  validate(checked, /*backward=*/false);
+  std::vector<int64_t> heads = request.heads;
+  if (heads.empty())
+    for (int64_t h = 0; h < sh.heads; ++h) heads.push_back(h);
+  for (int64_t h : heads)
+    check(h >= 0 && h < sh.heads, "probabilities: head {} out of range [0, {})", h, sh.heads);
+  const int64_t row_begin = request.row_begin;
+  const int64_t row_end = request.row_end < 0 ? sh.len_q : request.row_end;
+  check(0 <= row_begin && row_begin <= row_end && row_end <= sh.len_q,
+        "probabilities: rows [{}, {}) out of range [0, {}]", row_begin, row_end, sh.len_q);
+  const int64_t nh = static_cast<int64_t>(heads.size()), nrows = row_end - row_begin;
+  if (sh.batch == 0 || nh == 0 || nrows == 0 || sh.len_kv == 0) {
+    std::fill(out, out + sh.batch * nh * nrows * sh.len_kv, 0.0f);
+    return;
+  }
+  check(p.lse != nullptr, "probabilities: the log-sum-exp saved by a forward (lse) is required");
+  const Plan plan = make_plan(p);
+  const float* packed = pack_keys(ctx, p, plan);
+  const int64_t row_blocks = (nrows + plan.br - 1) / plan.br;
+  ctx.parallel_items(sh.batch * nh * row_blocks, [&](int64_t item, int worker) {
+    const int64_t rb = item % row_blocks, hi = (item / row_blocks) % nh;
+    const int64_t b = item / (row_blocks * nh), h = heads[static_cast<size_t>(hi)];
+    const int64_t g = h / plan.group;
+    const int64_t i0 = row_begin + rb * plan.br, rows = std::min(plan.br, row_end - i0);
+    const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
+    pack_queries(p, b, h, i0, rows, w.q);
+    const float* lse = p.lse + (b * sh.heads + h) * sh.len_q + i0;
+    float* dst = out + ((b * nh + hi) * nrows + (i0 - row_begin)) * sh.len_kv;
+    std::fill(dst, dst + rows * sh.len_kv, 0.0f);  // keys outside every row's range stay 0
+    const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
+    const int64_t j_begin = std::max<int64_t>(first.lo, 0);
+    const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
+    const float* blocks = packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats;
+    for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
+      const int64_t cols = std::min(kBlockKeys, sh.len_kv - j0);
+      const TilePos tile{b, h, i0, rows, j0, cols, !(last.lo <= j0 && first.hi >= j0 + cols - 1)};
+      score_tile(p, plan, w.q, tile, blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
+      HWY_DYNAMIC_DISPATCH(ExpShiftRows)(w.s, rows, round_up(cols, plan.lanes), plan.bc_pad, lse);
+      if (p.options.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(dst + r * sh.len_kv + j0, w.s + r * plan.bc_pad,
+                    static_cast<size_t>(cols) * sizeof(float));
+    }
   });
 }
 
