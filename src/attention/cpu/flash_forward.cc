@@ -42,6 +42,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/core/cpu_info.h"
@@ -64,6 +65,9 @@ namespace {
 
 constexpr int64_t kBlockRows = 48;   // Br: query rows per item and head (≤ kMaxSoftmaxRows)
 constexpr int64_t kBlockKeys = 128;  // Bc: keys per tile
+// Decode: at most this many query rows, split into pieces of this many key blocks.
+constexpr int64_t kDecodeRows = 16;
+constexpr int64_t kDecodeSplitBlocks = 4;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 int64_t round_up(int64_t x, int64_t m) {
@@ -255,11 +259,14 @@ void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, in
   }
 }
 
-void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* packed,
-              int64_t b, int64_t g, int64_t i0, int64_t rows) {
+// Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
+// structural ranges, leaving the running state (o, m, per-lane l) in w.
+void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& w,
+                     const float* packed, int64_t b, int64_t g, int64_t i0, int64_t rows,
+                     int64_t key_lo, int64_t key_hi) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
-  const int64_t D = sh.head_dim, Dv = sh.value_dim, G = plan.group;
+  const int64_t D = sh.head_dim, G = plan.group;
 
   // Pack the scaled queries of every head of the group, and reset the running state.
   for (int64_t hg = 0; hg < G; ++hg)
@@ -270,7 +277,8 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
 
   // The union of the rows' key ranges: first and last row bound it (ranges are monotone).
   const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
-  const int64_t j_begin = std::max<int64_t>(first.lo, 0), j_end = std::min(last.hi + 1, sh.len_kv);
+  const int64_t j_begin = std::max({first.lo, key_lo, int64_t{0}});
+  const int64_t j_end = std::min({last.hi + 1, key_hi, sh.len_kv});
   const float* blocks = packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats;
   for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
     const int64_t cols = std::min(kBlockKeys, sh.len_kv - j0);
@@ -293,24 +301,88 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
        w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
     }
   }
+}
 
-  // Normalise and write out.
-  for (int64_t hg = 0; hg < G; ++hg) {
-    const int64_t h = g * G + hg;
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* lanes = w.l + (hg * plan.br + r) * plan.lanes;
-      float l = 0;
-      for (int64_t x = 0; x < plan.lanes; ++x) l += lanes[x];
-      const float m = w.m[hg * plan.br + r];
-      const float* src = w.o + (hg * plan.br + r) * plan.dv_pad;
-      float* dst = p.out.at(b, h, i0 + r);
-      const float inv = l > 0 ? 1.0f / l : 0.0f;
-      for (int64_t x = 0; x < Dv; ++x) dst[x] = src[x] * inv;
-      if (p.lse)
-        p.lse[(b * sh.heads + h) * sh.len_q + i0 + r] =
-            l > 0 ? m + std::log(l) : (std::isnan(l) ? l : kNegInf);
+// The running sum of row (hg, r): its lanes added in a fixed order.
+float row_sum(const Plan& plan, const Scratch& w, int64_t hg, int64_t r) {
+  const float* lanes = w.l + (hg * plan.br + r) * plan.lanes;
+  float l = 0;
+  for (int64_t x = 0; x < plan.lanes; ++x) l += lanes[x];
+  return l;
+}
+
+// out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key).
+void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const float* o, float m,
+               float l) {
+  float* dst = p.out.at(b, h, i);
+  const float inv = l > 0 ? 1.0f / l : 0.0f;
+  for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = o[x] * inv;
+  if (p.lse)
+    p.lse[(b * p.shape.heads + h) * p.shape.len_q + i] =
+        l > 0 ? m + std::log(l) : (std::isnan(l) ? l : kNegInf);
+}
+
+void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* packed,
+              int64_t b, int64_t g, int64_t i0, int64_t rows) {
+  accumulate_item(p, plan, w, packed, b, g, i0, rows, 0, p.shape.len_kv);
+  for (int64_t hg = 0; hg < plan.group; ++hg)
+    for (int64_t r = 0; r < rows; ++r)
+      write_row(p, b, g * plan.group + hg, i0 + r, w.o + (hg * plan.br + r) * plan.dv_pad,
+                w.m[hg * plan.br + r], row_sum(plan, w, hg, r));
+}
+
+// Decode (few query rows, many keys): the key range is cut into a fixed number of splits that
+// depends only on L_kv, never on the thread count; each (batch, kv head, split) item leaves its
+// partial state [group·rows, dv_pad + 2] (o, then m and l), and the splits are merged in order:
+//   M = max_s m_s,  L = Σ_s e^(m_s − M) l_s,  O = Σ_s e^(m_s − M) o_s,  out = O / L.
+void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
+                const float* packed) {
+  const AttentionShape& sh = p.shape;
+  const int64_t G = plan.group, rows = sh.len_q, width = plan.dv_pad + 2;
+  const int64_t splits = (plan.kv_blocks + kDecodeSplitBlocks - 1) / kDecodeSplitBlocks;
+  const int64_t state = G * rows * width;
+  std::vector<float> partial(static_cast<size_t>(sh.batch * sh.kv_heads * splits * state));
+  ctx.parallel_items(sh.batch * sh.kv_heads * splits, [&](int64_t item, int worker) {
+    const int64_t split = item % splits, bg = item / splits;
+    const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
+    const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
+    const int64_t key_lo = split * kDecodeSplitBlocks * kBlockKeys;
+    accumulate_item(p, plan, w, packed, b, g, 0, rows, key_lo,
+                    key_lo + kDecodeSplitBlocks * kBlockKeys);
+    float* dst = partial.data() + item * state;
+    for (int64_t hg = 0; hg < G; ++hg)
+      for (int64_t r = 0; r < rows; ++r) {
+        float* row = dst + (hg * rows + r) * width;
+        std::memcpy(row, w.o + (hg * plan.br + r) * plan.dv_pad,
+                    static_cast<size_t>(plan.dv_pad) * sizeof(float));
+        row[plan.dv_pad] = w.m[hg * plan.br + r];
+        row[plan.dv_pad + 1] = row_sum(plan, w, hg, r);
+      }
+  });
+  ctx.parallel_items(sh.batch * sh.kv_heads * G * rows, [&](int64_t item, int) {
+    const int64_t r = item % rows, hg = (item / rows) % G, bg = item / (rows * G);
+    const float* first = partial.data() + bg * splits * state + (hg * rows + r) * width;
+    float m = kNegInf;
+    bool nan = false;
+    for (int64_t s = 0; s < splits; ++s) {
+      const float ms = first[s * state + plan.dv_pad];
+      nan = nan || std::isnan(ms);
+      m = std::max(m, ms);
     }
-  }
+    std::vector<float> o(static_cast<size_t>(plan.dv_pad), 0.0f);
+    float l = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    if (!nan && m > kNegInf) {
+      for (int64_t s = 0; s < splits; ++s) {
+        const float* part = first + s * state;
+        const float ms = part[plan.dv_pad];
+        if (ms == kNegInf) continue;
+        const float scale = std::exp(ms - m);
+        l += scale * part[plan.dv_pad + 1];
+        for (int64_t x = 0; x < plan.dv_pad; ++x) o[static_cast<size_t>(x)] += scale * part[x];
+      }
+    }
+    write_row(p, bg / sh.kv_heads, (bg % sh.kv_heads) * G + hg, r, o.data(), m, l);
+  });
 }
 
 }  // namespace
@@ -330,6 +402,10 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const Plan plan = make_plan(p);
   const float* packed = pack_keys(ctx, p, plan);
 
+  if (sh.len_q <= kDecodeRows && plan.kv_blocks > kDecodeSplitBlocks) {
+    run_decode(ctx, p, plan, packed);
+    return;
+  }
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
   const int64_t items = sh.batch * sh.kv_heads * q_blocks;
   ctx.parallel_items(items, [&](int64_t item, int worker) {
