@@ -48,6 +48,30 @@ void add_bench(CLI::App& app) {
 
   add_bench_attention(*bench);
 
+  struct BandwidthArgs {
+    int threads = 2;
+    int64_t mib = 512;
+    bool json = false;
+  };
+  auto bw = std::make_shared<BandwidthArgs>();
+  auto* bandwidth =
+      bench->add_subcommand("bandwidth", "Memory read bandwidth (streaming SIMD sum)");
+  bandwidth->add_option("--threads", bw->threads, "Threads")->capture_default_str();
+  bandwidth->add_option("--mib", bw->mib, "Buffer size in MiB")->capture_default_str();
+  bandwidth->add_flag("--json", bw->json, "Machine-readable output");
+  bandwidth->callback([bw] {
+    const bench::BandwidthReport r = bench::measure_bandwidth(bw->threads, bw->mib);
+    if (bw->json) {
+      fmt::print("{}\n", nlohmann::json{{"gbytes_per_second", r.gbytes_per_second},
+                                        {"bytes", r.bytes},
+                                        {"threads", r.threads}}
+                             .dump(2));
+    } else {
+      fmt::print("read bandwidth: {:.1f} GB/s on {} thread(s) ({} MiB buffer)\n",
+                 r.gbytes_per_second, r.threads, bw->mib);
+    }
+  });
+
   auto mm = std::make_shared<bench::MatmulBenchConfig>();
   auto mm_json = std::make_shared<bool>(false);
   auto* matmul = bench->add_subcommand(
@@ -127,6 +151,11 @@ void add_bench_attention(CLI::App& bench) {
                 {"gflops", r.gflops},
                 {"peak_gflops", r.peak.gflops},
                 {"fraction_of_peak", r.fraction_of_peak}});
+      if (r.kv_bytes > 0)
+        j.update({{"kv_bytes", r.kv_bytes},
+                  {"kv_gbytes_per_second", r.kv_gbytes_per_second},
+                  {"bandwidth_gbytes_per_second", r.bandwidth_gbytes_per_second},
+                  {"fraction_of_bandwidth", r.fraction_of_bandwidth}});
       fmt::print("{}\n", j.dump(2));
       return;
     }
@@ -137,6 +166,11 @@ void add_bench_attention(CLI::App& bench) {
         k.backward ? "backward" : "forward", k.batch, k.heads, k.kv_heads, k.seq, k.seq_kv,
         k.head_dim, k.causal ? " causal" : "", *kernel, r.target, k.threads, r.timing.median * 1e3,
         r.gflops, 100 * r.fraction_of_peak, r.peak.gflops);
+    if (r.kv_bytes > 0)
+      fmt::print(
+          "  keys and values read at {:.1f} GB/s = {:.1f}% of the read bandwidth {:.1f} GB/s "
+          "measured in this run\n",
+          r.kv_gbytes_per_second, 100 * r.fraction_of_bandwidth, r.bandwidth_gbytes_per_second);
   });
 }
 

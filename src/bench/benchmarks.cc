@@ -23,6 +23,14 @@ PeakReport measure_peak(int threads, int repeats) {
   return PeakReport{m.gflops, threads, cpu_info().best_target};
 }
 
+BandwidthReport measure_bandwidth(int threads, int64_t mib) {
+  check(threads > 0, "threads: must be positive, got {}", threads);
+  check(mib > 0 && mib <= (int64_t{1} << 20), "mib: must be in [1, 1048576], got {}", mib);
+  ThreadContext ctx(threads);
+  BandwidthMeasurement m = measure_read_bandwidth(ctx, static_cast<size_t>(mib) << 20);
+  return BandwidthReport{m.gbytes_per_second, static_cast<double>(m.bytes), threads};
+}
+
 MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
   check(c.m > 0 && c.n > 0 && c.k > 0, "matmul bench: m, n, k must be positive, got {}, {}, {}",
         c.m, c.n, c.k);
@@ -154,6 +162,12 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   if (c.backward) r.flops *= 2.5;
   r.gflops = r.flops / r.timing.median * 1e-9;
   r.fraction_of_peak = r.gflops / r.peak.gflops;
+  if (L <= 16 && !c.backward) {
+    r.kv_bytes = 4.0 * double(B) * double(G) * double(S) * double(2 * D);
+    r.kv_gbytes_per_second = r.kv_bytes / r.timing.median * 1e-9;
+    r.bandwidth_gbytes_per_second = measure_bandwidth(c.threads).gbytes_per_second;
+    r.fraction_of_bandwidth = r.kv_gbytes_per_second / r.bandwidth_gbytes_per_second;
+  }
   return r;
 }
 

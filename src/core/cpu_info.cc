@@ -5,7 +5,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/highway.h"
-#include "src/core/fma_peak-inl.h"
+#include "src/core/probes-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace headlight {
@@ -16,6 +16,9 @@ double FmaPeakRun(int64_t iterations, float* sink) {
 }
 int FmaPeakLanes() {
   return FloatLanes();
+}
+float StreamSumRun(const float* x, size_t n) {
+  return StreamSum(x, n);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -30,6 +33,7 @@ HWY_AFTER_NAMESPACE();
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
@@ -38,6 +42,7 @@ namespace headlight {
 
 HWY_EXPORT(FmaPeakRun);
 HWY_EXPORT(FmaPeakLanes);
+HWY_EXPORT(StreamSumRun);
 
 CpuInfo cpu_info() {
   CpuInfo info;
@@ -125,6 +130,28 @@ PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds
     result.gflops = std::max(result.gflops, flops / s * 1e-9);
   }
   if (sink + sinks[0] == 12345.678f) result.gflops += 0;  // keep the sinks alive
+  return result;
+}
+
+BandwidthMeasurement measure_read_bandwidth(ThreadContext& ctx, size_t bytes, int repeats) {
+  using Clock = std::chrono::steady_clock;
+  const size_t n = std::max<size_t>(bytes / sizeof(float) / 1024, 1) * 1024;
+  std::vector<float> buffer(n, 1.0f);  // touched once here, before timing
+  std::vector<float> sinks(static_cast<size_t>(ctx.num_threads()), 0.0f);
+  BandwidthMeasurement result;
+  result.threads = ctx.num_threads();
+  result.bytes = n * sizeof(float);
+  const int64_t chunks = static_cast<int64_t>(n / 1024);
+  for (int r = 0; r < std::max(1, repeats); ++r) {
+    const auto t0 = Clock::now();
+    ctx.parallel_for(chunks, [&](Range range, int worker) {
+      sinks[static_cast<size_t>(worker)] += HWY_DYNAMIC_DISPATCH(StreamSumRun)(
+          buffer.data() + range.begin * 1024, static_cast<size_t>(range.size()) * 1024);
+    });
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    result.gbytes_per_second = std::max(result.gbytes_per_second, double(result.bytes) / s * 1e-9);
+  }
+  if (sinks[0] == -1.0f) result.gbytes_per_second += 0;  // keep the sums alive
   return result;
 }
 

@@ -37,6 +37,14 @@ struct MatmulBenchReport {
 
 MatmulBenchReport bench_matmul(const MatmulBenchConfig& config);
 
+struct BandwidthReport {
+  double gbytes_per_second = 0;
+  double bytes = 0;
+  int threads = 1;
+};
+
+BandwidthReport measure_bandwidth(int threads, int64_t mib = 512);
+
 // fused: the flash kernel; reference: the specification; unfused: the classic path of dense
 // products through oneDNN and a softmax over materialised scores (256-row query blocks).
 enum class AttentionKernel { fused, reference, unfused };
@@ -63,6 +71,12 @@ struct AttentionBenchReport {
   PeakReport peak;
   double fraction_of_peak = 0;
   std::string target;  // SIMD target of the kernel
+  // Decode shapes (seq ≤ 16): the key/value bytes read per call against the read bandwidth
+  // measured in the same run (0 otherwise).
+  double kv_bytes = 0;
+  double kv_gbytes_per_second = 0;
+  double bandwidth_gbytes_per_second = 0;
+  double fraction_of_bandwidth = 0;
 };
 
 AttentionBenchReport bench_attention(const AttentionBenchConfig& config);

@@ -40,4 +40,15 @@ struct PeakMeasurement {
 PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats = 5,
                                  double seconds_per_repeat = 0.05);
 
+struct BandwidthMeasurement {
+  double gbytes_per_second = 0;  // the best of the repeats
+  size_t bytes = 0;              // buffer size read per repeat
+  int threads = 1;
+};
+
+// Memory read bandwidth on ctx.num_threads() threads: a streaming SIMD sum over a `bytes` buffer
+// (much larger than the caches), best of `repeats`.
+BandwidthMeasurement measure_read_bandwidth(ThreadContext& ctx, size_t bytes = size_t{512} << 20,
+                                            int repeats = 5);
+
 }  // namespace headlight

@@ -1,14 +1,16 @@
-// Per-target inner loop of the FMA peak probe: 16 independent accumulator chains of fused
-// multiply-adds, enough to cover the FMA latency (4 cycles) times the FMA ports (2) of current x86
-// and Arm cores, with no memory traffic at all.
+// Per-target inner loops of the machine probes:
+// - the FMA peak: 16 independent accumulator chains of fused multiply-adds, enough to cover the
+//   FMA latency (4 cycles) times the FMA ports (2) of current x86 and Arm cores, no memory traffic;
+// - the read bandwidth: a streaming sum over a buffer much larger than the caches.
 
-#if defined(HEADLIGHT_CORE_FMA_PEAK_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef HEADLIGHT_CORE_FMA_PEAK_INL_H_
-#undef HEADLIGHT_CORE_FMA_PEAK_INL_H_
+#if defined(HEADLIGHT_CORE_PROBES_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HEADLIGHT_CORE_PROBES_INL_H_
+#undef HEADLIGHT_CORE_PROBES_INL_H_
 #else
-#define HEADLIGHT_CORE_FMA_PEAK_INL_H_
+#define HEADLIGHT_CORE_PROBES_INL_H_
 #endif
 
+#include <cstddef>
 #include <cstdint>
 
 #include "hwy/highway.h"
@@ -56,6 +58,20 @@ inline double FmaChains(int64_t iterations, float* sink) {
                          hn::Add(hn::Add(a12, a13), hn::Add(a14, a15))));
   *sink += hn::GetLane(hn::SumOfLanes(d, s));
   return 2.0 * 16.0 * static_cast<double>(hn::Lanes(d)) * static_cast<double>(iterations);
+}
+
+// Σ x[0..n) with four accumulators (n a multiple of 4 vectors); touches every byte once.
+inline float StreamSum(const float* HWY_RESTRICT x, size_t n) {
+  const hn::ScalableTag<float> d;
+  const size_t L = hn::Lanes(d);
+  auto s0 = hn::Zero(d), s1 = s0, s2 = s0, s3 = s0;
+  for (size_t i = 0; i + 4 * L <= n; i += 4 * L) {
+    s0 = hn::Add(s0, hn::LoadU(d, x + i));
+    s1 = hn::Add(s1, hn::LoadU(d, x + i + L));
+    s2 = hn::Add(s2, hn::LoadU(d, x + i + 2 * L));
+    s3 = hn::Add(s3, hn::LoadU(d, x + i + 3 * L));
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
 }
 
 inline int FloatLanes() {
