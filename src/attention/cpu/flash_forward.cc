@@ -1,6 +1,7 @@
-// Fused attention forward on the CPU: tiling, partitioning, scratch and dispatch. The SIMD inner
-// loops are in flash_forward-inl.h; the formulas are those of params.h, and reference::forward is
-// the specification this kernel is tested against.
+// Fused attention forward on the CPU: tiling, partitioning and scratch. The SIMD inner loops are
+// in flash_kernels-inl.h (dispatched by flash_kernels.cc), the shared tile helpers in
+// flash_tiles.h; the formulas are those of params.h, and reference::forward is the specification
+// this kernel is tested against.
 //
 // The math (FlashAttention, Dao et al. 2022, with the FlashAttention-2 loop order). For one query
 // row i and key blocks J_1, J_2, …, keep a running maximum m, a running sum l and an unnormalised
@@ -29,14 +30,7 @@
 // Threads take items dynamically; each item is computed by one thread in a fixed order, so the
 // output is bitwise the same for any thread count.
 
-#undef HWY_TARGET_INCLUDE
-#define HWY_TARGET_INCLUDE "src/attention/cpu/flash_forward.cc"
-#include "hwy/foreach_target.h"  // IWYU pragma: keep
-
-#include "hwy/highway.h"
-#include "src/attention/cpu/flash_forward-inl.h"
-
-#if HWY_ONCE
+#include "headlight/attention/cpu/flash_forward.h"
 
 #include <algorithm>
 #include <cmath>
@@ -44,220 +38,17 @@
 #include <limits>
 #include <vector>
 
-#include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
-#include "headlight/core/rng.h"
-#include "headlight/core/tensor.h"
-#include "src/attention/reference/row_scores.h"
+#include "src/attention/cpu/flash_kernels.h"
+#include "src/attention/cpu/flash_tiles.h"
 
-namespace headlight {
-
-HWY_EXPORT(QkTile);
-HWY_EXPORT(SoftcapTile);
-HWY_EXPORT(SoftmaxRows);
-HWY_EXPORT(PvTile);
-HWY_EXPORT(FloatLanes);
-HWY_EXPORT(ExpShiftRows);
-
-namespace attention::cpu {
+namespace headlight::attention::cpu {
 namespace {
 
-constexpr int64_t kBlockRows = 48;   // Br: query rows per item and head (≤ kMaxSoftmaxRows)
-constexpr int64_t kBlockKeys = 128;  // Bc: keys per tile
 // Decode: at most this many query rows, split into pieces of this many key blocks.
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kDecodeSplitBlocks = 4;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-int64_t round_up(int64_t x, int64_t m) {
-  return (x + m - 1) / m * m;
-}
-
-// The keys row i may attend to, from the structural masks: [lo, hi] inclusive (empty if lo > hi).
-struct KeyRange {
-  int64_t lo, hi;
-};
-
-KeyRange key_range(const AttentionParams& p, int64_t b, int64_t i) {
-  const AttentionOptions& o = p.options;
-  const int64_t pos =
-      i + (o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0);
-  int64_t lo = 0, hi = p.shape.len_kv - 1;
-  if (o.causal) hi = std::min(hi, pos);
-  if (o.window_left >= 0) lo = std::max(lo, pos - o.window_left);
-  if (o.window_right >= 0) hi = std::min(hi, pos + o.window_right);
-  if (o.key_lengths) hi = std::min(hi, o.key_lengths[b] - 1);
-  return {lo, hi};
-}
-
-// Sizes of one call's tiles, and the per-thread scratch carved from them (in floats).
-struct Plan {
-  int64_t lanes, group, dv_pad, bc_pad, br;
-  int64_t kv_blocks;     // key blocks per (batch, kv head)
-  int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad] then V [bc_pad, dv_pad]
-  size_t q_floats, s_floats, o_floats, row_floats;
-  size_t total() const {
-    return q_floats + s_floats + o_floats + row_floats * (2 + static_cast<size_t>(lanes));
-  }
-};
-
-struct Scratch {
-  float* q;      // [group, br, D] scaled queries
-  float* s;      // [br, bc_pad] scores, then probabilities
-  float* o;      // [group, br, dv_pad] unnormalised outputs
-  float* m;      // [group·br] running maxima
-  float* l;      // [group·br, lanes] running sums, per lane
-  float* alpha;  // [br]
-};
-
-Scratch carve(float* base, const Plan& plan) {
-  Scratch s;
-  s.q = base;
-  s.s = s.q + plan.q_floats;
-  s.o = s.s + plan.s_floats;
-  s.m = s.o + plan.o_floats;
-  s.l = s.m + plan.row_floats;
-  s.alpha = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
-  return s;
-}
-
-// Where a tile sits: batch b, query head h, rows [i0, i0 + rows), keys [j0, j0 + cols).
-struct TilePos {
-  int64_t b, h, i0, rows, j0, cols;
-  bool partial;  // some row's structural key range does not cover the whole tile
-};
-
-// Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
-// boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
-void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t cols_pad, float* s,
-                         int64_t lds) {
-  const AttentionOptions& o = p.options;
-  const int64_t b = t.b, h = t.h, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
-  const bool partial = t.partial;
-  const int64_t shift = o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0;
-  const bool per_element = o.alibi_slopes || o.mask.kind != MaskKind::none;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = s + r * lds;
-    const int64_t i = i0 + r, pos = i + shift;
-    const KeyRange range = partial ? key_range(p, b, i) : KeyRange{j0, j0 + cols - 1};
-    if (!per_element) {
-      // Only the structural ranges: −inf before lo and after hi (and on the padding).
-      const int64_t lo = std::clamp<int64_t>(range.lo - j0, 0, cols);
-      const int64_t hi = std::clamp<int64_t>(range.hi - j0 + 1, lo, cols);
-      std::fill(row, row + lo, kNegInf);
-      std::fill(row + hi, row + cols_pad, kNegInf);
-      continue;
-    }
-    for (int64_t c = cols; c < cols_pad; ++c) row[c] = kNegInf;
-    const float slope = o.alibi_slopes ? o.alibi_slopes[h] : 0.0f;
-    for (int64_t c = 0; c < cols; ++c) {
-      const int64_t j = j0 + c;
-      if (j < range.lo || j > range.hi || !reference::mask_allows(o.mask, b, h, i, j)) {
-        row[c] = kNegInf;
-        continue;
-      }
-      float x = row[c];
-      if (o.alibi_slopes) x -= slope * static_cast<float>(std::llabs(pos - j));
-      if (o.mask.kind == MaskKind::additive)
-        x += static_cast<float>(reference::mask_bias(o.mask, b, h, i, j));
-      row[c] = x;
-    }
-  }
-}
-
-// s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
-// ALiBi and masks; −inf where not allowed and on the padding.
-void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scaled, const TilePos& t,
-                const float* kt, float* s) {
-  const int64_t D = p.shape.head_dim;
-  const int64_t cols_pad = round_up(t.cols, plan.lanes);
-  HWY_DYNAMIC_DISPATCH(QkTile)(q_scaled, D, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
-  if (p.options.softcap > 0)
-    HWY_DYNAMIC_DISPATCH(SoftcapTile)(s, t.rows, cols_pad, plan.bc_pad, p.options.softcap);
-  apply_element_masks(p, t, cols_pad, s, plan.bc_pad);
-}
-
-void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds) {
-  const AttentionOptions& o = p.options;
-  const int64_t b = t.b, h = t.h, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
-  const CounterRng rng(o.dropout_seed);
-  const float inv_keep = 1.0f / (1.0f - o.dropout_p);
-  for (int64_t r = 0; r < rows; ++r) {
-    const uint64_t base = static_cast<uint64_t>(
-        ((b * p.shape.heads + h) * p.shape.len_q + i0 + r) * p.shape.len_kv + j0);
-    for (int64_t c = 0; c < cols; ++c)
-      s[r * lds + c] *=
-          rng.uniform(base + static_cast<uint64_t>(c)) >= o.dropout_p ? inv_keep : 0.0f;
-  }
-}
-
-// Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
-// strides. Done once per call and read by every query block of the group.
-void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
-                float* dst) {
-  const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim;
-  const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
-  float* kt = dst;
-  float* v = dst + D * plan.bc_pad;
-  for (int64_t e = 0; e < D; ++e)
-    std::fill(kt + e * plan.bc_pad + cols, kt + (e + 1) * plan.bc_pad, 0.0f);
-  for (int64_t c = 0; c < cols; ++c) {
-    const float* k = p.k.at(b, g, j0 + c);
-    for (int64_t e = 0; e < D; ++e) kt[e * plan.bc_pad + c] = k[e];
-    float* vr = v + c * plan.dv_pad;
-    std::memcpy(vr, p.v.at(b, g, j0 + c), static_cast<size_t>(Dv) * sizeof(float));
-    std::fill(vr + Dv, vr + plan.dv_pad, 0.0f);
-  }
-  std::fill(v + cols * plan.dv_pad, v + plan.bc_pad * plan.dv_pad, 0.0f);
-}
-
-// Tile sizes and scratch for one call on p.
-Plan make_plan(const AttentionParams& p) {
-  const AttentionShape& sh = p.shape;
-  Plan plan;
-  plan.lanes = static_cast<int64_t>(HWY_DYNAMIC_DISPATCH(FloatLanes)());
-  plan.group = sh.heads / sh.kv_heads;
-  plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
-  plan.bc_pad = round_up(kBlockKeys, plan.lanes);
-  plan.br = std::min(kBlockRows, sh.len_q);
-  const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
-  const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
-  plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
-  plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
-  plan.block_floats =
-      round_up(static_cast<int64_t>(D * bc + bc * static_cast<size_t>(plan.dv_pad)), 16);
-  plan.s_floats = br * bc;
-  plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
-  plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
-
-  return plan;
-}
-
-// Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
-// arena) and returns the packed blocks, [batch, kv_heads, kv_blocks, block_floats].
-const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan& plan) {
-  const AttentionShape& sh = p.shape;
-  const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
-  float* packed = ctx.shared_scratch().floats(
-      static_cast<size_t>(checked_numel({pack_items, plan.block_floats}, "packed keys")));
-  ctx.parallel_items(pack_items, [&](int64_t item, int) {
-    const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
-    pack_block(p, plan, bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * plan.block_floats);
-  });
-  return packed;
-}
-
-// Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].
-void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
-                  float* dst) {
-  const int64_t D = p.shape.head_dim;
-  const float scale = effective_scale(p);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = p.q.at(b, h, i0 + r);
-    for (int64_t e = 0; e < D; ++e) dst[r * D + e] = src[e] * scale;
-  }
-}
 
 // Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
 // structural ranges, leaving the running state (o, m, per-lane l) in w.
@@ -294,11 +85,10 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       score_tile(p, plan, w.q + hg * plan.br * D, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
-      HWY_DYNAMIC_DISPATCH(SoftmaxRows)(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha);
+      kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha);
       if (o.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
-      HWY_DYNAMIC_DISPATCH(PvTile)
-      (w.s, plan.bc_pad, rows, cols_pad, v, plan.dv_pad, plan.dv_pad,
-       w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
+      kernels::pv_tile(w.s, plan.bc_pad, rows, cols_pad, v, plan.dv_pad, plan.dv_pad,
+                       w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
     }
   }
 }
@@ -388,7 +178,7 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
 }  // namespace
 
 std::string flash_target() {
-  return hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]);
+  return kernels::target_name();
 }
 
 void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
@@ -464,7 +254,7 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
       const int64_t cols = std::min(kBlockKeys, sh.len_kv - j0);
       const TilePos tile{b, h, i0, rows, j0, cols, !(last.lo <= j0 && first.hi >= j0 + cols - 1)};
       score_tile(p, plan, w.q, tile, blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
-      HWY_DYNAMIC_DISPATCH(ExpShiftRows)(w.s, rows, round_up(cols, plan.lanes), plan.bc_pad, lse);
+      kernels::exp_shift_rows(w.s, rows, round_up(cols, plan.lanes), plan.bc_pad, lse);
       if (p.options.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(dst + r * sh.len_kv + j0, w.s + r * plan.bc_pad,
@@ -473,7 +263,4 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
   });
 }
 
-}  // namespace attention::cpu
-}  // namespace headlight
-
-#endif  // HWY_ONCE
+}  // namespace headlight::attention::cpu

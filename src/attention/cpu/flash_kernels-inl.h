@@ -1,4 +1,5 @@
-// Per-target SIMD inner loops of the fused attention forward (flash_forward.cc has the tiling).
+// Per-target SIMD inner loops of the fused attention kernels (flash_kernels.cc dispatches to them;
+// flash_forward.cc and flash_backward.cc have the tiling).
 //
 // Three loops do all the arithmetic of one (query block × key block) tile:
 //   QkTile        S[r, c]  = Σ_e Q[r, e] · Kᵀ[e, c]      register tile of R rows × NV vectors of
@@ -11,11 +12,11 @@
 // Widths are padded to whole vectors by the packing in flash_forward.cc (padded keys are −inf in S
 // and zero in V), so the loops have no tails.
 
-#if defined(HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_) == defined(HWY_TARGET_TOGGLE)
-#ifdef HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_
-#undef HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_
+#if defined(HEADLIGHT_ATTENTION_FLASH_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HEADLIGHT_ATTENTION_FLASH_KERNELS_INL_H_
+#undef HEADLIGHT_ATTENTION_FLASH_KERNELS_INL_H_
 #else
-#define HEADLIGHT_ATTENTION_FLASH_FORWARD_INL_H_
+#define HEADLIGHT_ATTENTION_FLASH_KERNELS_INL_H_
 #endif
 
 #include <algorithm>
@@ -195,7 +196,7 @@ HWY_INLINE void PvMicro(const float* HWY_RESTRICT p, size_t ldp, size_t cols,
   const size_t L = hn::Lanes(d);
   VF acc[R][NV];
   for (size_t r = 0; r < R; ++r) {
-    const VF a = hn::Set(d, alpha[r]);
+    const VF a = hn::Set(d, alpha ? alpha[r] : 1.0f);
     for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::Mul(a, hn::LoadU(d, o + r * ldo + x * L));
   }
   for (size_t c = 0; c < cols; ++c) {
@@ -226,9 +227,11 @@ void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v
   constexpr size_t kR = 6;
   size_t r = 0;
   for (; r + kR <= rows; r += kR)
-    PvRows<kR>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo, alpha + r);
+    PvRows<kR>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo,
+               alpha ? alpha + r : nullptr);
   const float* pr = p + r * ldp;
   float* orow = o + r * ldo;
+  const float* ar = alpha ? alpha + r : nullptr;
   switch (rows - r) {
     case 5:
       PvRows<5>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);

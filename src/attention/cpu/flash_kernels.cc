@@ -1,0 +1,59 @@
+// Dynamic dispatch of the fused attention kernels' SIMD loops (flash_kernels-inl.h).
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/attention/cpu/flash_kernels.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "src/attention/cpu/flash_kernels-inl.h"
+
+#if HWY_ONCE
+
+#include "src/attention/cpu/flash_kernels.h"
+
+namespace headlight {
+
+HWY_EXPORT(QkTile);
+HWY_EXPORT(SoftcapTile);
+HWY_EXPORT(SoftmaxRows);
+HWY_EXPORT(PvTile);
+HWY_EXPORT(ExpShiftRows);
+HWY_EXPORT(FloatLanes);
+
+namespace attention::cpu::kernels {
+
+void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ldb, size_t dim,
+             size_t cols, float* s, size_t lds) {
+  HWY_DYNAMIC_DISPATCH(QkTile)(a, lda, rows, bt, ldb, dim, cols, s, lds);
+}
+
+void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
+  HWY_DYNAMIC_DISPATCH(SoftcapTile)(s, rows, cols, lds, cap);
+}
+
+void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l,
+                  float* alpha) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRows)(s, rows, cols, lds, m, l, alpha);
+}
+
+void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
+             size_t width, float* o, size_t ldo, const float* alpha) {
+  HWY_DYNAMIC_DISPATCH(PvTile)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+}
+
+void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse) {
+  HWY_DYNAMIC_DISPATCH(ExpShiftRows)(s, rows, cols, lds, lse);
+}
+
+size_t float_lanes() {
+  return HWY_DYNAMIC_DISPATCH(FloatLanes)();
+}
+
+std::string target_name() {
+  return hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]);
+}
+
+}  // namespace attention::cpu::kernels
+}  // namespace headlight
+
+#endif  // HWY_ONCE

@@ -1,0 +1,30 @@
+// The SIMD inner loops of the fused attention kernels, dispatched at run time to the best target
+// Highway compiled in (flash_kernels-inl.h holds the loops). Plain functions, so that the tiling
+// code in flash_forward.cc and flash_backward.cc stays free of SIMD.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace headlight::attention::cpu::kernels {
+
+// s[rows, cols] = a[rows, dim] (leading dim lda) · bt[dim, cols] (leading dim ldb); cols a
+// multiple of the vector length.
+void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ldb, size_t dim,
+             size_t cols, float* s, size_t lds);
+// s ← cap · tanh(s / cap).
+void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
+// The online softmax of a tile: updates m and the per-lane sums l [rows, lanes], writes α and
+// turns S into P (see flash_kernels-inl.h).
+void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha);
+// o[rows, width] = α ⊙ o + p[rows, cols] · v[cols, width] (α null: o += p · v).
+void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
+             size_t width, float* o, size_t ldo, const float* alpha);
+// s[r, :] ← exp(s[r, :] − lse[r]) (0 for lse = −inf, NaN for lse = NaN).
+void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse);
+// Float lanes of the dispatched target; tiles are padded to multiples of it.
+size_t float_lanes();
+// The dispatched target's name ("AVX3", "AVX2", …).
+std::string target_name();
+
+}  // namespace headlight::attention::cpu::kernels

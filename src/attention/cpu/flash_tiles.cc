@@ -1,0 +1,170 @@
+#include "src/attention/cpu/flash_tiles.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+
+#include "headlight/core/error.h"
+#include "headlight/core/rng.h"
+#include "headlight/core/tensor.h"
+#include "src/attention/cpu/flash_kernels.h"
+#include "src/attention/reference/row_scores.h"
+
+namespace headlight::attention::cpu {
+
+KeyRange key_range(const AttentionParams& p, int64_t b, int64_t i) {
+  const AttentionOptions& o = p.options;
+  const int64_t pos =
+      i + (o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0);
+  int64_t lo = 0, hi = p.shape.len_kv - 1;
+  if (o.causal) hi = std::min(hi, pos);
+  if (o.window_left >= 0) lo = std::max(lo, pos - o.window_left);
+  if (o.window_right >= 0) hi = std::min(hi, pos + o.window_right);
+  if (o.key_lengths) hi = std::min(hi, o.key_lengths[b] - 1);
+  return {lo, hi};
+}
+
+Scratch carve(float* base, const Plan& plan) {
+  Scratch s;
+  s.q = base;
+  s.s = s.q + plan.q_floats;
+  s.o = s.s + plan.s_floats;
+  s.m = s.o + plan.o_floats;
+  s.l = s.m + plan.row_floats;
+  s.alpha = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
+  return s;
+}
+
+// Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
+// boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
+void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t cols_pad, float* s,
+                         int64_t lds) {
+  const AttentionOptions& o = p.options;
+  const int64_t b = t.b, h = t.h, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
+  const bool partial = t.partial;
+  const int64_t shift = o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0;
+  const bool per_element = o.alibi_slopes || o.mask.kind != MaskKind::none;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    const int64_t i = i0 + r, pos = i + shift;
+    const KeyRange range = partial ? key_range(p, b, i) : KeyRange{j0, j0 + cols - 1};
+    if (!per_element) {
+      // Only the structural ranges: −inf before lo and after hi (and on the padding).
+      const int64_t lo = std::clamp<int64_t>(range.lo - j0, 0, cols);
+      const int64_t hi = std::clamp<int64_t>(range.hi - j0 + 1, lo, cols);
+      std::fill(row, row + lo, kNegInf);
+      std::fill(row + hi, row + cols_pad, kNegInf);
+      continue;
+    }
+    for (int64_t c = cols; c < cols_pad; ++c) row[c] = kNegInf;
+    const float slope = o.alibi_slopes ? o.alibi_slopes[h] : 0.0f;
+    for (int64_t c = 0; c < cols; ++c) {
+      const int64_t j = j0 + c;
+      if (j < range.lo || j > range.hi || !reference::mask_allows(o.mask, b, h, i, j)) {
+        row[c] = kNegInf;
+        continue;
+      }
+      float x = row[c];
+      if (o.alibi_slopes) x -= slope * static_cast<float>(std::llabs(pos - j));
+      if (o.mask.kind == MaskKind::additive)
+        x += static_cast<float>(reference::mask_bias(o.mask, b, h, i, j));
+      row[c] = x;
+    }
+  }
+}
+
+// s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
+// ALiBi and masks; −inf where not allowed and on the padding.
+void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scaled, const TilePos& t,
+                const float* kt, float* s) {
+  const int64_t D = p.shape.head_dim;
+  const int64_t cols_pad = round_up(t.cols, plan.lanes);
+  kernels::qk_tile(q_scaled, D, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
+  if (p.options.softcap > 0)
+    kernels::softcap_tile(s, t.rows, cols_pad, plan.bc_pad, p.options.softcap);
+  apply_element_masks(p, t, cols_pad, s, plan.bc_pad);
+}
+
+void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds) {
+  const AttentionOptions& o = p.options;
+  const int64_t b = t.b, h = t.h, i0 = t.i0, rows = t.rows, j0 = t.j0, cols = t.cols;
+  const CounterRng rng(o.dropout_seed);
+  const float inv_keep = 1.0f / (1.0f - o.dropout_p);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint64_t base = static_cast<uint64_t>(
+        ((b * p.shape.heads + h) * p.shape.len_q + i0 + r) * p.shape.len_kv + j0);
+    for (int64_t c = 0; c < cols; ++c)
+      s[r * lds + c] *=
+          rng.uniform(base + static_cast<uint64_t>(c)) >= o.dropout_p ? inv_keep : 0.0f;
+  }
+}
+
+// Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
+// strides. Done once per call and read by every query block of the group.
+void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
+                float* dst) {
+  const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim;
+  const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
+  float* kt = dst;
+  float* v = dst + D * plan.bc_pad;
+  for (int64_t e = 0; e < D; ++e)
+    std::fill(kt + e * plan.bc_pad + cols, kt + (e + 1) * plan.bc_pad, 0.0f);
+  for (int64_t c = 0; c < cols; ++c) {
+    const float* k = p.k.at(b, g, j0 + c);
+    for (int64_t e = 0; e < D; ++e) kt[e * plan.bc_pad + c] = k[e];
+    float* vr = v + c * plan.dv_pad;
+    std::memcpy(vr, p.v.at(b, g, j0 + c), static_cast<size_t>(Dv) * sizeof(float));
+    std::fill(vr + Dv, vr + plan.dv_pad, 0.0f);
+  }
+  std::fill(v + cols * plan.dv_pad, v + plan.bc_pad * plan.dv_pad, 0.0f);
+}
+
+// Tile sizes and scratch for one call on p.
+Plan make_plan(const AttentionParams& p) {
+  const AttentionShape& sh = p.shape;
+  Plan plan;
+  plan.lanes = static_cast<int64_t>(kernels::float_lanes());
+  plan.group = sh.heads / sh.kv_heads;
+  plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
+  plan.bc_pad = round_up(kBlockKeys, plan.lanes);
+  plan.br = std::min(kBlockRows, sh.len_q);
+  const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
+  const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
+  plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
+  plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
+  plan.block_floats =
+      round_up(static_cast<int64_t>(D * bc + bc * static_cast<size_t>(plan.dv_pad)), 16);
+  plan.s_floats = br * bc;
+  plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
+  plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
+
+  return plan;
+}
+
+// Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
+// arena) and returns the packed blocks, [batch, kv_heads, kv_blocks, block_floats].
+const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan& plan) {
+  const AttentionShape& sh = p.shape;
+  const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
+  float* packed = ctx.shared_scratch().floats(
+      static_cast<size_t>(checked_numel({pack_items, plan.block_floats}, "packed keys")));
+  ctx.parallel_items(pack_items, [&](int64_t item, int) {
+    const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
+    pack_block(p, plan, bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * plan.block_floats);
+  });
+  return packed;
+}
+
+// Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].
+void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                  float* dst) {
+  const int64_t D = p.shape.head_dim;
+  const float scale = effective_scale(p);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* src = p.q.at(b, h, i0 + r);
+    for (int64_t e = 0; e < D; ++e) dst[r * D + e] = src[e] * scale;
+  }
+}
+
+}  // namespace headlight::attention::cpu

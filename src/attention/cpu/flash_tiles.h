@@ -1,0 +1,90 @@
+// Tiles of the fused attention kernels, shared by the forward (flash_forward.cc) and the backward
+// (flash_backward.cc): block sizes, the structural key range of a row, per-call plans and
+// per-thread scratch, the scores of one tile with every option applied, and the packing of keys,
+// values and queries. No SIMD here: the inner loops are in flash_kernels.h.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "headlight/attention/params.h"
+#include "headlight/core/thread_context.h"
+
+namespace headlight::attention::cpu {
+
+constexpr int64_t kBlockRows = 48;   // Br: query rows per item and head (≤ kMaxSoftmaxRows)
+constexpr int64_t kBlockKeys = 128;  // Bc: keys per tile
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+inline int64_t round_up(int64_t x, int64_t m) {
+  return (x + m - 1) / m * m;
+}
+
+// The keys row i may attend to, from the structural masks: [lo, hi] inclusive (empty if lo > hi).
+struct KeyRange {
+  int64_t lo, hi;
+};
+
+// Sizes of one call's tiles, and the per-thread scratch carved from them (in floats).
+struct Plan {
+  int64_t lanes, group, dv_pad, bc_pad, br;
+  int64_t kv_blocks;     // key blocks per (batch, kv head)
+  int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad] then V [bc_pad, dv_pad]
+  size_t q_floats, s_floats, o_floats, row_floats;
+  size_t total() const {
+    return q_floats + s_floats + o_floats + row_floats * (2 + static_cast<size_t>(lanes));
+  }
+};
+
+struct Scratch {
+  float* q;      // [group, br, D] scaled queries
+  float* s;      // [br, bc_pad] scores, then probabilities
+  float* o;      // [group, br, dv_pad] unnormalised outputs
+  float* m;      // [group·br] running maxima
+  float* l;      // [group·br, lanes] running sums, per lane
+  float* alpha;  // [br]
+};
+
+// Where a tile sits: batch b, query head h, rows [i0, i0 + rows), keys [j0, j0 + cols).
+struct TilePos {
+  int64_t b, h, i0, rows, j0, cols;
+  bool partial;  // some row's structural key range does not cover the whole tile
+};
+
+// The keys row i may attend to (structural masks only).
+KeyRange key_range(const AttentionParams& p, int64_t b, int64_t i);
+
+// Carves one worker's scratch.
+Scratch carve(float* base, const Plan& plan);
+
+// Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
+// boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
+void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t cols_pad, float* s,
+                         int64_t lds);
+
+// s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
+// ALiBi and masks; −inf where not allowed and on the padding.
+void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scaled, const TilePos& t,
+                const float* kt, float* s);
+
+// Multiplies P by the dropout mask of the tile: 0 or 1/(1 − p) per element (params.h).
+void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds);
+
+// Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
+// strides.
+void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
+                float* dst);
+
+// Tile sizes and scratch for one call on p.
+Plan make_plan(const AttentionParams& p);
+
+// Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
+// arena) and returns the packed blocks, [batch, kv_heads, kv_blocks, block_floats].
+const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan& plan);
+
+// Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].
+void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
+                  float* dst);
+
+}  // namespace headlight::attention::cpu
