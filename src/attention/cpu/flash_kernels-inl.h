@@ -234,19 +234,19 @@ void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v
   const float* ar = alpha ? alpha + r : nullptr;
   switch (rows - r) {
     case 5:
-      PvRows<5>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      PvRows<5>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
       break;
     case 4:
-      PvRows<4>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      PvRows<4>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
       break;
     case 3:
-      PvRows<3>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      PvRows<3>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
       break;
     case 2:
-      PvRows<2>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      PvRows<2>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
       break;
     case 1:
-      PvRows<1>(pr, ldp, cols, v, ldv, width, orow, ldo, alpha + r);
+      PvRows<1>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
       break;
     default:
       break;
