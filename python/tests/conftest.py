@@ -21,11 +21,19 @@ def max_abs(a, b):
 
 
 def rel_err(a, b, floor=1e-3):
-    """Largest absolute difference relative to the largest reference magnitude (at least `floor`,
-    so that a gradient that is zero in exact arithmetic is not judged on float64 round-off)."""
+    """Largest absolute difference relative to the largest reference magnitude, or to `floor` when
+    that is larger. A gradient that is exactly zero in exact arithmetic (one key only, say) comes out
+    of fp32 arithmetic as the rounding of its O(1) intermediates (P, dP, dO·O), so callers pass as
+    floor a tenth of the largest gradient of the same computation."""
     b = np.asarray(b, dtype=np.float64)
     scale = float(np.max(np.abs(b))) if b.size else 0.0
     return max_abs(a, b) / max(scale, floor)
+
+
+def grad_floor(*refs):
+    """A tenth of the largest magnitude among the reference gradients `refs`."""
+    return 0.1 * max((float(np.max(np.abs(np.asarray(r)))) for r in refs if np.asarray(r).size),
+                     default=0.0) or 1e-3
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "headlight/attention/cpu/flash_backward.h"
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/reference.h"
 #include "headlight/core/error.h"
@@ -47,8 +48,25 @@ void forward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) 
 }
 
 void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) {
-  resolve_kernel(choice);  // validates HEADLIGHT_KERNEL
-  reference::backward(p);
+  if (resolve_kernel(choice) == KernelChoice::reference) {
+    reference::backward(p);
+    return;
+  }
+  // The fused backward needs the forward's output and log-sum-exp; recompute them when the
+  // caller did not keep them.
+  AttentionParams fused = p;
+  std::vector<float> out, lse;
+  if (fused.out.data == nullptr || fused.lse == nullptr) {
+    const AttentionShape& s = p.shape;
+    out.resize(static_cast<size_t>(s.batch * s.heads * s.len_q * s.value_dim));
+    lse.resize(static_cast<size_t>(s.batch * s.heads * s.len_q));
+    fused.out =
+        Operand{out.data(), s.heads * s.len_q * s.value_dim, s.len_q * s.value_dim, s.value_dim};
+    fused.lse = lse.data();
+    fused.probs = nullptr;
+    cpu::flash_forward(ctx, fused);
+  }
+  cpu::flash_backward(ctx, fused);
 }
 
 }  // namespace headlight::attention

@@ -5,6 +5,7 @@
 #include <limits>
 #include <vector>
 
+#include "headlight/attention/cpu/flash_backward.h"
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/reference.h"
 #include "headlight/core/cpu_info.h"
@@ -98,8 +99,8 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   check(c.threads > 0, "threads: must be positive, got {}", c.threads);
   check(c.kv_heads > 0 && c.heads % c.kv_heads == 0, "kv-heads ({}) must divide heads ({})",
         c.kv_heads, c.heads);
-  check(!c.backward || c.kernel == AttentionKernel::reference,  // fused backward: later
-        "--backward: the fused backward is not built yet; use --kernel reference");
+  check(!c.backward || c.kernel != AttentionKernel::unfused,
+        "--backward: the unfused path has no backward; use --kernel fused or reference");
   const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
   checked_numel({B, H, L, D}, "query");
   checked_numel({B, G, S, D}, "key");
@@ -135,7 +136,10 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   std::vector<float> probs(static_cast<size_t>(c.probs_heads * B * L * S));
   attention::cpu::ProbabilitiesRequest request;
   for (int64_t h = 0; h < c.probs_heads; ++h) request.heads.push_back(h);
-  if (c.kernel == AttentionKernel::fused) {
+  if (c.kernel == AttentionKernel::fused && c.backward) {
+    attention::cpu::flash_forward(ctx, p);  // out and lse, as a training step keeps them
+    run = [&] { attention::cpu::flash_backward(ctx, p); };
+  } else if (c.kernel == AttentionKernel::fused) {
     run = [&] {
       attention::cpu::flash_forward(ctx, p);
       if (c.probs_heads > 0) attention::cpu::probabilities(ctx, p, request, probs.data());

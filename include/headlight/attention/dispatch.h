@@ -24,7 +24,8 @@ KernelChoice resolve_kernel(KernelChoice choice);
 void forward(ThreadContext& ctx, const AttentionParams& p,
              KernelChoice choice = KernelChoice::automatic);
 
-// The backward: the reference kernel (the fused backward is not built yet).
+// The backward with the chosen kernel. The fused backward uses p.out and p.lse from the forward
+// when both are given, and recomputes them otherwise.
 void backward(ThreadContext& ctx, const AttentionParams& p,
               KernelChoice choice = KernelChoice::automatic);
 

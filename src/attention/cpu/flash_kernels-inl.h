@@ -271,6 +271,101 @@ void ExpShiftRows(float* s, size_t rows, size_t cols, size_t lds, const float* l
   }
 }
 
+// c[cols, width] += a[rows, cols]ᵀ · b[rows, width]: register tile of R output rows (columns of a)
+// × NV vectors; a is broadcast (R consecutive elements of one of its rows), b loaded as vectors.
+template <size_t R, size_t NV>
+HWY_INLINE void TransMicro(const float* HWY_RESTRICT a, size_t lda, size_t rows,
+                           const float* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
+                           size_t ldc) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF acc[R][NV];
+  for (size_t r = 0; r < R; ++r)
+    for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::LoadU(d, c + r * ldc + x * L);
+  for (size_t k = 0; k < rows; ++k) {
+    VF bv[NV];
+    for (size_t x = 0; x < NV; ++x) bv[x] = hn::LoadU(d, b + k * ldb + x * L);
+    for (size_t r = 0; r < R; ++r) {
+      const VF av = hn::Set(d, a[k * lda + r]);
+      for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::MulAdd(av, bv[x], acc[r][x]);
+    }
+  }
+  for (size_t r = 0; r < R; ++r)
+    for (size_t x = 0; x < NV; ++x) hn::StoreU(acc[r][x], d, c + r * ldc + x * L);
+}
+
+template <size_t R>
+HWY_INLINE void TransRows(const float* a, size_t lda, size_t rows, const float* b, size_t ldb,
+                          size_t width, float* c, size_t ldc) {
+  const size_t L = hn::Lanes(DF());
+  size_t x = 0;
+  for (; x + 4 * L <= width; x += 4 * L) TransMicro<R, 4>(a, lda, rows, b + x, ldb, c + x, ldc);
+  for (; x < width; x += L) TransMicro<R, 1>(a, lda, rows, b + x, ldb, c + x, ldc);
+}
+
+// c[cols, width] += a[rows, cols]ᵀ · b[rows, width]; width a multiple of the vector length.
+void AccumulateTransposed(const float* a, size_t lda, size_t rows, size_t cols, const float* b,
+                          size_t ldb, size_t width, float* c, size_t ldc) {
+  constexpr size_t kR = 6;
+  size_t r = 0;
+  for (; r + kR <= cols; r += kR) TransRows<kR>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+  switch (cols - r) {
+    case 5:
+      TransRows<5>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+      break;
+    case 4:
+      TransRows<4>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+      break;
+    case 3:
+      TransRows<3>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+      break;
+    case 2:
+      TransRows<2>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+      break;
+    case 1:
+      TransRows<1>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+      break;
+    default:
+      break;
+  }
+}
+
+// The softmax gradient of a tile, in place of dp: ds[r, c] = p[r, c] · (dp[r, c] − dot[r]).
+void SoftmaxGradTile(const float* p, float* dp, size_t rows, size_t cols, size_t lds,
+                     const float* dot) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const VF dr = hn::Set(d, dot[r]);
+    for (size_t c = 0; c < cols; c += L) {
+      const VF pv = hn::LoadU(d, p + r * lds + c);
+      hn::StoreU(hn::Mul(pv, hn::Sub(hn::LoadU(d, dp + r * lds + c), dr)), d, dp + r * lds + c);
+    }
+  }
+}
+
+// a[r, c] ← a[r, c] · b[r, c]  (b holds dropout factors or soft-cap derivatives).
+void MulTile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; c += L)
+      hn::StoreU(hn::Mul(hn::LoadU(d, a + r * lds + c), hn::LoadU(d, b + r * lds + c)), d,
+                 a + r * lds + c);
+}
+
+// s ← 1 − (s / cap)²: the derivative of cap·tanh(x / cap), from its value s.
+void SoftcapGradTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF inv = hn::Set(d, 1.0f / cap), one = hn::Set(d, 1.0f);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < cols; c += L) {
+      const VF t = hn::Mul(hn::LoadU(d, s + r * lds + c), inv);
+      hn::StoreU(hn::NegMulAdd(t, t, one), d, s + r * lds + c);
+    }
+}
+
 size_t FloatLanes() {
   return hn::Lanes(DF());
 }

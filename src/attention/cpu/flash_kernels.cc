@@ -19,6 +19,10 @@ HWY_EXPORT(SoftmaxRows);
 HWY_EXPORT(PvTile);
 HWY_EXPORT(ExpShiftRows);
 HWY_EXPORT(FloatLanes);
+HWY_EXPORT(AccumulateTransposed);
+HWY_EXPORT(SoftmaxGradTile);
+HWY_EXPORT(MulTile);
+HWY_EXPORT(SoftcapGradTile);
 
 namespace attention::cpu::kernels {
 
@@ -43,6 +47,24 @@ void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* 
 
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse) {
   HWY_DYNAMIC_DISPATCH(ExpShiftRows)(s, rows, cols, lds, lse);
+}
+
+void accumulate_transposed(const float* a, size_t lda, size_t rows, size_t cols, const float* b,
+                           size_t ldb, size_t width, float* c, size_t ldc) {
+  HWY_DYNAMIC_DISPATCH(AccumulateTransposed)(a, lda, rows, cols, b, ldb, width, c, ldc);
+}
+
+void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size_t lds,
+                       const float* dot) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxGradTile)(p, dp, rows, cols, lds, dot);
+}
+
+void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
+  HWY_DYNAMIC_DISPATCH(MulTile)(a, b, rows, cols, lds);
+}
+
+void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
+  HWY_DYNAMIC_DISPATCH(SoftcapGradTile)(s, rows, cols, lds, cap);
 }
 
 size_t float_lanes() {

@@ -22,6 +22,16 @@ void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* 
              size_t width, float* o, size_t ldo, const float* alpha);
 // s[r, :] ← exp(s[r, :] − lse[r]) (0 for lse = −inf, NaN for lse = NaN).
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse);
+// c[cols, width] += a[rows, cols]ᵀ · b[rows, width]; width a multiple of the vector length.
+void accumulate_transposed(const float* a, size_t lda, size_t rows, size_t cols, const float* b,
+                           size_t ldb, size_t width, float* c, size_t ldc);
+// In place of dp: ds = p ⊙ (dp − dot[row]).
+void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size_t lds,
+                       const float* dot);
+// a ← a ⊙ b over rows × cols (leading dim lds for both).
+void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds);
+// s ← 1 − (s / cap)², the derivative of cap·tanh(x / cap) from its value.
+void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // Float lanes of the dispatched target; tiles are padded to multiples of it.
 size_t float_lanes();
 // The dispatched target's name ("AVX3", "AVX2", …).

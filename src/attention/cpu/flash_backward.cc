@@ -1,0 +1,312 @@
+// Fused attention backward on the CPU (FlashAttention-2's backward, Dao 2023), deterministic.
+//
+// The math, per query row i and key j (P from the saved lse, P' = P ⊙ keep after dropout):
+//     P_ij = exp(s_ij − lse_i)                       s recomputed by the forward's score_tile
+//     dV_j += Σ_i P'_ij dO_i                         dP'_ij = dO_i · V_j,  dP = dP' ⊙ keep
+//     D_i   = dO_i · O_i  (= Σ_j P_ij dP_ij)          dS_ij = P_ij (dP_ij − D_i) [· (1 − t²)
+//     soft-cap] dQ_i += scale Σ_j dS_ij K_j                    dK_j += scale Σ_i dS_ij Q_i
+// Five tile products per (query block × key block): S = Q·Kᵀ, dP' = dO·Vᵀ, dV += P'ᵀ·dO,
+// dK += dSᵀ·Q, dQ += dS·K — the 2.5× of the forward's two that the FLOP convention counts.
+//
+// Determinism without atomics. A work item is (batch b, kv head g, chunk c of query rows); the
+// number of chunks depends only on L_q (at most 4), never on the thread count. An item walks the
+// key blocks in order and, inside each, the query blocks of its chunk for every head of the group:
+// dQ of its rows is accumulated in the item's scratch (no other item touches those rows), dK and
+// dV of the key block in registers-sized tiles that go to the chunk's slice of a partial buffer.
+// The chunks' partial dK and dV are then added in chunk order. Memory beyond the inputs: packed
+// keys and values, the chunk's packed Q, dO and dQ, and the partials: O((L_q + chunks·L_kv)·D).
+
+#include "headlight/attention/cpu/flash_backward.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "headlight/core/cpu_info.h"
+#include "headlight/core/error.h"
+#include "headlight/core/tensor.h"
+#include "src/attention/cpu/flash_kernels.h"
+#include "src/attention/cpu/flash_tiles.h"
+
+namespace headlight::attention::cpu {
+namespace {
+
+constexpr int64_t kMaxChunks = 4;
+constexpr int64_t kChunkRows = 1024;  // one more chunk per this many query rows, up to kMaxChunks
+
+// Per-call sizes of the backward (on top of the forward's Plan).
+struct BackwardPlan {
+  Plan base;
+  int64_t d_pad;         // head_dim padded to whole vectors
+  int64_t chunks;        // query-row chunks
+  int64_t chunk_rows;    // rows per chunk (the last may have fewer)
+  int64_t block_floats;  // packed key block: Kᵀ [D, bc_pad], K [bc_pad, d_pad], Vᵀ [Dv, bc_pad]
+};
+
+BackwardPlan make_backward_plan(const AttentionParams& p) {
+  const AttentionShape& sh = p.shape;
+  BackwardPlan bp;
+  bp.base = make_plan(p);
+  bp.d_pad = round_up(std::max<int64_t>(sh.head_dim, 1), bp.base.lanes);
+  bp.chunks = std::clamp<int64_t>((sh.len_q + kChunkRows - 1) / kChunkRows, 1, kMaxChunks);
+  bp.chunk_rows = (sh.len_q + bp.chunks - 1) / bp.chunks;
+  const int64_t bc = bp.base.bc_pad;
+  bp.block_floats = round_up(sh.head_dim * bc + bc * bp.d_pad + sh.value_dim * bc, 16);
+  return bp;
+}
+
+// Packs key block `blk` of (b, g) for the backward: Kᵀ [D, bc_pad], K [bc_pad, d_pad] and
+// Vᵀ [Dv, bc_pad], zero-padded.
+void pack_backward_block(const AttentionParams& p, const BackwardPlan& bp, int64_t b, int64_t g,
+                         int64_t blk, float* dst) {
+  const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim, bc = bp.base.bc_pad;
+  const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
+  float* kt = dst;
+  float* kn = kt + D * bc;
+  float* vt = kn + bc * bp.d_pad;
+  std::fill(dst, dst + bp.block_floats, 0.0f);
+  for (int64_t c = 0; c < cols; ++c) {
+    const float* k = p.k.at(b, g, j0 + c);
+    const float* v = p.v.at(b, g, j0 + c);
+    for (int64_t e = 0; e < D; ++e) kt[e * bc + c] = k[e];
+    std::memcpy(kn + c * bp.d_pad, k, static_cast<size_t>(D) * sizeof(float));
+    for (int64_t x = 0; x < Dv; ++x) vt[x * bc + c] = v[x];
+  }
+}
+
+// One worker's scratch for an item.
+struct BackwardScratch {
+  float* q;     // [group, chunk_rows, d_pad] scaled queries
+  float* dout;  // [group, chunk_rows, dv_pad] output gradients
+  float* dq;    // [group, chunk_rows, d_pad] accumulated dQ / scale
+  float* dk;    // [bc_pad, d_pad] dK of the current key block
+  float* dv;    // [bc_pad, dv_pad] dV of the current key block
+  float* s;     // [br, bc_pad] scores, then P
+  float* pd;    // [br, bc_pad] P after dropout
+  float* dp;    // [br, bc_pad] dP, then dS
+  float* aux;   // [br, bc_pad] dropout factors or soft-cap derivatives
+};
+
+size_t backward_scratch_floats(const AttentionParams& p, const BackwardPlan& bp) {
+  const int64_t G = bp.base.group, rows = bp.chunk_rows, bc = bp.base.bc_pad;
+  return static_cast<size_t>(G * rows * (2 * bp.d_pad + bp.base.dv_pad) + bc * bp.d_pad +
+                             bc * bp.base.dv_pad + 4 * bp.base.br * bc);
+}
+
+BackwardScratch carve_backward(float* base, const BackwardPlan& bp) {
+  const int64_t G = bp.base.group, rows = bp.chunk_rows, bc = bp.base.bc_pad;
+  BackwardScratch w;
+  w.q = base;
+  w.dout = w.q + G * rows * bp.d_pad;
+  w.dq = w.dout + G * rows * bp.base.dv_pad;
+  w.dk = w.dq + G * rows * bp.d_pad;
+  w.dv = w.dk + bc * bp.d_pad;
+  w.s = w.dv + bc * bp.base.dv_pad;
+  w.pd = w.s + bp.base.br * bc;
+  w.dp = w.pd + bp.base.br * bc;
+  w.aux = w.dp + bp.base.br * bc;
+  return w;
+}
+
+struct ItemRange {
+  int64_t b, g, c, row_begin, row_end;
+};
+
+// One item: every key block against the chunk's query rows of every head of the group.
+void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const BackwardScratch& w,
+                       const float* packed, const float* dot, float* dk_part, float* dv_part,
+                       const ItemRange& it) {
+  const AttentionShape& sh = p.shape;
+  const AttentionOptions& o = p.options;
+  const Plan& plan = bp.base;
+  const int64_t G = plan.group, D = sh.head_dim, Dv = sh.value_dim, bc = plan.bc_pad;
+  const int64_t rows_total = it.row_end - it.row_begin, cr = bp.chunk_rows;
+  const float scale = effective_scale(p);
+
+  // Pack the chunk's scaled queries and output gradients (zero-padded), zero dQ.
+  std::fill(w.q, w.q + G * cr * bp.d_pad, 0.0f);
+  std::fill(w.dout, w.dout + G * cr * plan.dv_pad, 0.0f);
+  std::fill(w.dq, w.dq + G * cr * bp.d_pad, 0.0f);
+  for (int64_t hg = 0; hg < G; ++hg) {
+    const int64_t h = it.g * G + hg;
+    for (int64_t r = 0; r < rows_total; ++r) {
+      const float* q = p.q.at(it.b, h, it.row_begin + r);
+      const float* dout = p.dout.at(it.b, h, it.row_begin + r);
+      float* qd = w.q + (hg * cr + r) * bp.d_pad;
+      for (int64_t e = 0; e < D; ++e) qd[e] = q[e] * scale;
+      std::memcpy(w.dout + (hg * cr + r) * plan.dv_pad, dout,
+                  static_cast<size_t>(Dv) * sizeof(float));
+    }
+  }
+
+  const KeyRange first = key_range(p, it.b, it.row_begin);
+  const KeyRange last = key_range(p, it.b, it.row_end - 1);
+  const int64_t j_begin = std::max<int64_t>(first.lo, 0);
+  const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
+  const float* blocks = packed + (it.b * sh.kv_heads + it.g) * plan.kv_blocks * bp.block_floats;
+  for (int64_t blk = 0; blk < plan.kv_blocks; ++blk) {
+    const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
+    float* dk_out = dk_part + j0 * D;
+    float* dv_out = dv_part + j0 * Dv;
+    if (j0 + cols <= j_begin || j0 >= j_end) {  // no row of the chunk sees this block
+      std::fill(dk_out, dk_out + cols * D, 0.0f);
+      std::fill(dv_out, dv_out + cols * Dv, 0.0f);
+      continue;
+    }
+    const int64_t cols_pad = round_up(cols, plan.lanes);
+    const float* kt = blocks + blk * bp.block_floats;
+    const float* kn = kt + D * bc;
+    const float* vt = kn + bc * bp.d_pad;
+    std::fill(w.dk, w.dk + bc * bp.d_pad, 0.0f);
+    std::fill(w.dv, w.dv + bc * plan.dv_pad, 0.0f);
+    for (int64_t hg = 0; hg < G; ++hg) {
+      const int64_t h = it.g * G + hg;
+      for (int64_t i0 = it.row_begin; i0 < it.row_end; i0 += plan.br) {
+        const int64_t rows = std::min(plan.br, it.row_end - i0);
+        const KeyRange lo_row = key_range(p, it.b, i0), hi_row = key_range(p, it.b, i0 + rows - 1);
+        if (hi_row.hi < j0 || lo_row.lo > j0 + cols - 1) continue;  // block outside these rows
+        const TilePos tile{
+            it.b, h, i0, rows, j0, cols, !(hi_row.lo <= j0 && lo_row.hi >= j0 + cols - 1)};
+        const float* q = w.q + (hg * cr + i0 - it.row_begin) * bp.d_pad;
+        const float* dout = w.dout + (hg * cr + i0 - it.row_begin) * plan.dv_pad;
+        float* dq = w.dq + (hg * cr + i0 - it.row_begin) * bp.d_pad;
+        const float* lse = p.lse + (it.b * sh.heads + h) * sh.len_q + i0;
+        const float* dot_rows = dot + (it.b * sh.heads + h) * sh.len_q + i0;
+        // S, with the soft-cap derivative kept aside before the masks change S.
+        kernels::qk_tile(q, bp.d_pad, rows, kt, bc, D, cols_pad, w.s, bc);
+        if (o.softcap > 0) {
+          kernels::softcap_tile(w.s, rows, cols_pad, bc, o.softcap);
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(w.aux + r * bc, w.s + r * bc,
+                        static_cast<size_t>(cols_pad) * sizeof(float));
+          kernels::softcap_grad_tile(w.aux, rows, cols_pad, bc, o.softcap);
+        }
+        apply_element_masks(p, tile, cols_pad, w.s, bc);
+        kernels::exp_shift_rows(w.s, rows, cols_pad, bc, lse);  // P
+        // dP' = dO · Vᵀ.
+        kernels::qk_tile(dout, plan.dv_pad, rows, vt, bc, Dv, cols_pad, w.dp, bc);
+        const float* pd = w.s;
+        if (o.dropout_p > 0) {
+          // keep factors in pd's buffer: P' = P ⊙ keep, dP = dP' ⊙ keep.
+          for (int64_t r = 0; r < rows; ++r)
+            std::fill(w.pd + r * bc, w.pd + r * bc + cols_pad, 1.0f);
+          apply_dropout(p, tile, w.pd, bc);
+          kernels::mul_tile(w.dp, w.pd, rows, cols_pad, bc);
+          kernels::mul_tile(w.pd, w.s, rows, cols_pad, bc);
+          pd = w.pd;
+        }
+        kernels::accumulate_transposed(pd, bc, rows, cols_pad, dout, plan.dv_pad, plan.dv_pad, w.dv,
+                                       plan.dv_pad);
+        kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, bc, dot_rows);  // dS
+        if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, bc);
+        kernels::accumulate_transposed(w.dp, bc, rows, cols_pad, q, bp.d_pad, bp.d_pad, w.dk,
+                                       bp.d_pad);
+        kernels::pv_tile(w.dp, bc, rows, cols_pad, kn, bp.d_pad, bp.d_pad, dq, bp.d_pad, nullptr);
+      }
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      std::memcpy(dk_out + c * D, w.dk + c * bp.d_pad, static_cast<size_t>(D) * sizeof(float));
+      std::memcpy(dv_out + c * Dv, w.dv + c * plan.dv_pad, static_cast<size_t>(Dv) * sizeof(float));
+    }
+  }
+  for (int64_t hg = 0; hg < G; ++hg)
+    for (int64_t r = 0; r < rows_total; ++r) {
+      float* dst = p.dq.at(it.b, it.g * G + hg, it.row_begin + r);
+      const float* src = w.dq + (hg * cr + r) * bp.d_pad;
+      for (int64_t e = 0; e < D; ++e) dst[e] = src[e] * scale;
+    }
+}
+
+}  // namespace
+
+void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
+  apply_isa_from_environment();
+  validate(p, /*backward=*/true);
+  const AttentionShape& sh = p.shape;
+  if (sh.batch == 0 || sh.kv_heads == 0) return;
+  const int64_t D = sh.head_dim, Dv = sh.value_dim;
+  if (sh.len_q == 0 || sh.heads == 0) {  // no query: zero key/value gradients
+    for (int64_t b = 0; b < sh.batch; ++b)
+      for (int64_t g = 0; g < sh.kv_heads; ++g)
+        for (int64_t j = 0; j < sh.len_kv; ++j) {
+          std::fill(p.dk.at(b, g, j), p.dk.at(b, g, j) + D, 0.0f);
+          std::fill(p.dv.at(b, g, j), p.dv.at(b, g, j) + Dv, 0.0f);
+        }
+    return;
+  }
+  check(p.out.data != nullptr && p.lse != nullptr,
+        "flash_backward: the forward's output and log-sum-exp (out, lse) are required");
+  const BackwardPlan bp = make_backward_plan(p);
+  const Plan& plan = bp.base;
+
+  // D_i = dO_i · O_i for every query row.
+  std::vector<float> dot(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
+  ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
+    for (int64_t bh = range.begin; bh < range.end; ++bh)
+      for (int64_t i = 0; i < sh.len_q; ++i) {
+        const float* o = p.out.at(bh / sh.heads, bh % sh.heads, i);
+        const float* d = p.dout.at(bh / sh.heads, bh % sh.heads, i);
+        float s = 0;
+        for (int64_t x = 0; x < Dv; ++x) s += o[x] * d[x];
+        dot[static_cast<size_t>(bh * sh.len_q + i)] = s;
+      }
+  });
+  if (sh.len_kv == 0) {  // no key: every gradient is zero
+    for (int64_t b = 0; b < sh.batch; ++b)
+      for (int64_t h = 0; h < sh.heads; ++h)
+        for (int64_t i = 0; i < sh.len_q; ++i)
+          std::fill(p.dq.at(b, h, i), p.dq.at(b, h, i) + D, 0.0f);
+    return;
+  }
+
+  // Pack the key blocks once.
+  const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
+  float* packed = ctx.shared_scratch().floats(
+      static_cast<size_t>(checked_numel({pack_items, bp.block_floats}, "packed keys")));
+  ctx.parallel_items(pack_items, [&](int64_t item, int) {
+    const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
+    pack_backward_block(p, bp, bg / sh.kv_heads, bg % sh.kv_heads, blk,
+                        packed + item * bp.block_floats);
+  });
+
+  // Items (b, g, chunk); partial dK/dV per chunk: [chunks, batch, kv_heads, len_kv, D or Dv].
+  const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
+  std::vector<float> dk_part(static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_k));
+  std::vector<float> dv_part(static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_v));
+  const size_t scratch = backward_scratch_floats(p, bp);
+  ctx.parallel_items(sh.batch * sh.kv_heads * bp.chunks, [&](int64_t item, int worker) {
+    const int64_t c = item % bp.chunks, bg = item / bp.chunks;
+    ItemRange it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * bp.chunk_rows,
+                 std::min(sh.len_q, (c + 1) * bp.chunk_rows)};
+    float* dk = dk_part.data() + (c * sh.batch * sh.kv_heads + bg) * per_bg_k;
+    float* dv = dv_part.data() + (c * sh.batch * sh.kv_heads + bg) * per_bg_v;
+    if (it.row_begin >= it.row_end) {
+      std::fill(dk, dk + per_bg_k, 0.0f);
+      std::fill(dv, dv + per_bg_v, 0.0f);
+      return;
+    }
+    const BackwardScratch w = carve_backward(ctx.scratch(worker).floats(scratch), bp);
+    run_backward_item(p, bp, w, packed, dot.data(), dk, dv, it);
+  });
+
+  // dK, dV: the chunks' partials added in chunk order.
+  ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
+    for (int64_t bg = range.begin; bg < range.end; ++bg)
+      for (int64_t j = 0; j < sh.len_kv; ++j) {
+        float* dk = p.dk.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
+        float* dv = p.dv.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
+        const float* k0 = dk_part.data() + bg * per_bg_k + j * D;
+        const float* v0 = dv_part.data() + bg * per_bg_v + j * Dv;
+        std::memcpy(dk, k0, static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(dv, v0, static_cast<size_t>(Dv) * sizeof(float));
+        for (int64_t c = 1; c < bp.chunks; ++c) {
+          const float* kc = k0 + c * sh.batch * sh.kv_heads * per_bg_k;
+          const float* vc = v0 + c * sh.batch * sh.kv_heads * per_bg_v;
+          for (int64_t e = 0; e < D; ++e) dk[e] += kc[e];
+          for (int64_t x = 0; x < Dv; ++x) dv[x] += vc[x];
+        }
+      }
+  });
+}
+
+}  // namespace headlight::attention::cpu
