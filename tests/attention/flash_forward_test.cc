@@ -239,6 +239,55 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
   }
 }
 
+// Entropy, argmax and max weight of every row from the kernel behind `run`, on a copy of `pr`.
+struct RowStats {
+  std::vector<float> entropy, max_weight;
+  std::vector<int64_t> argmax;
+};
+
+template <typename Run>
+RowStats row_stats(Problem pr, const AttentionOptions& o, Run&& run) {
+  const AttentionShape& s = pr.shape;
+  const size_t n = static_cast<size_t>(s.batch * s.heads * s.len_q);
+  RowStats st{std::vector<float>(n, -7.0f), std::vector<float>(n, -7.0f),
+              std::vector<int64_t>(n, -7)};
+  AttentionParams p = pr.params(o);
+  p.probs = nullptr;
+  p.entropy = st.entropy.data();
+  p.max_weight = st.max_weight.data();
+  p.argmax = st.argmax.data();
+  run(p);
+  return st;
+}
+
+void expect_same_stats(const RowStats& a, const RowStats& b) {
+  EXPECT_LE(max_diff(a.entropy, b.entropy), 1e-5);
+  EXPECT_LE(max_diff(a.max_weight, b.max_weight), 2e-6);
+  EXPECT_EQ(a.argmax, b.argmax);
+}
+
+TEST(FlashForward, RowStatisticsMatchTheReference) {
+  ThreadContext ctx(2);
+  auto fused = [&](const AttentionParams& p) { cpu::flash_forward(ctx, p); };
+  auto ref = [](const AttentionParams& p) { reference::forward(p); };
+  for (const OptionCase& c : option_cases()) {
+    SCOPED_TRACE(c.name);
+    CaseData data;
+    c.setup(data);
+    Problem pr(c.shape, 19);
+    expect_same_stats(row_stats(pr, data.options, fused), row_stats(pr, data.options, ref));
+  }
+  // Longer rows (several key blocks) and the split-key decode path.
+  for (AttentionShape shape :
+       {AttentionShape{1, 2, 1, 100, 700, 32, 32}, AttentionShape{2, 4, 2, 3, 3000, 64, 64}}) {
+    AttentionOptions o;
+    o.causal = true;
+    o.alignment = Alignment::bottom_right;
+    Problem pr(shape, 23);
+    expect_same_stats(row_stats(pr, o, fused), row_stats(pr, o, ref));
+  }
+}
+
 TEST(Probabilities, MatchTheReferenceForEveryOption) {
   ThreadContext ctx(2);
   for (const OptionCase& c : option_cases()) {

@@ -89,6 +89,10 @@ struct AttentionParams {
   Operand out;             // [batch, heads, len_q, value_dim]
   float* lse = nullptr;    // [batch, heads, len_q] contiguous, optional
   float* probs = nullptr;  // [batch, heads, len_q, len_kv] contiguous, optional (P' after dropout)
+  // Per-row statistics of P (before dropout), each optional, [batch, heads, len_q] contiguous:
+  float* entropy = nullptr;     // −Σ_j P_ij log P_ij (nats); 0 for a row with no allowed key
+  int64_t* argmax = nullptr;    // the key with the largest P_ij (the first on ties); −1 if none
+  float* max_weight = nullptr;  // that largest P_ij; 0 for a row with no allowed key
   // Backward: the output gradient in, the input gradients out (overwritten).
   Operand dout;  // [batch, heads, len_q, value_dim]
   Operand dq;    // [batch, heads, len_q, head_dim]

@@ -50,6 +50,11 @@ namespace {
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kDecodeSplitBlocks = 4;
 
+// Whether the caller asked for per-row statistics.
+bool wants_stats(const AttentionParams& p) {
+  return p.entropy != nullptr || p.argmax != nullptr || p.max_weight != nullptr;
+}
+
 // Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
 // structural ranges, leaving the running state (o, m, per-lane l) in w.
 void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& w,
@@ -65,6 +70,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
+  const bool stats = wants_stats(p);
+  if (stats) {
+    std::fill(w.ent, w.ent + G * plan.br, 0.0f);
+    std::fill(w.best, w.best + G * plan.br, int64_t{-1});
+  }
 
   // The union of the rows' key ranges: first and last row bound it (ranges are monotone).
   const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
@@ -85,7 +95,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       score_tile(p, plan, w.q + hg * plan.br * D, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
-      kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha);
+      kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
+                            stats ? w.ent + hg * plan.br : nullptr, stats ? w.argcol : nullptr);
+      if (stats)
+        for (int64_t r = 0; r < rows; ++r)
+          if (w.argcol[r] >= 0) w.best[hg * plan.br + r] = j0 + w.argcol[r];
       if (o.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       kernels::pv_tile(w.s, plan.bc_pad, rows, cols_pad, v, plan.dv_pad, plan.dv_pad,
                        w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
@@ -101,34 +115,53 @@ float row_sum(const Plan& plan, const Scratch& w, int64_t hg, int64_t r) {
   return l;
 }
 
-// out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key).
-void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const float* o, float m,
-               float l) {
+// One finished row: its unnormalised output o, running maximum m and sum l, and (for the
+// statistics) ent = Σ p̃ (s − m) and the key of the maximum.
+struct RowResult {
+  const float* o;
+  float m, l, ent;
+  int64_t best;
+};
+
+// out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key), and the
+// statistics when asked for: entropy = log l − ent / l, max weight = 1 / l.
+void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r) {
   float* dst = p.out.at(b, h, i);
-  const float inv = l > 0 ? 1.0f / l : 0.0f;
-  for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = o[x] * inv;
-  if (p.lse)
-    p.lse[(b * p.shape.heads + h) * p.shape.len_q + i] =
-        l > 0 ? m + std::log(l) : (std::isnan(l) ? l : kNegInf);
+  const float inv = r.l > 0 ? 1.0f / r.l : 0.0f;
+  for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = r.o[x] * inv;
+  const int64_t flat = (b * p.shape.heads + h) * p.shape.len_q + i;
+  const bool nan = std::isnan(r.l);
+  if (p.lse) p.lse[flat] = r.l > 0 ? r.m + std::log(r.l) : (nan ? r.l : kNegInf);
+  if (p.entropy) p.entropy[flat] = r.l > 0 ? std::log(r.l) - r.ent / r.l : (nan ? r.l : 0.0f);
+  if (p.max_weight) p.max_weight[flat] = r.l > 0 ? inv : (nan ? r.l : 0.0f);
+  if (p.argmax) p.argmax[flat] = r.l > 0 ? r.best : -1;
 }
 
 void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* packed,
               int64_t b, int64_t g, int64_t i0, int64_t rows) {
   accumulate_item(p, plan, w, packed, b, g, i0, rows, 0, p.shape.len_kv);
+  const bool stats = wants_stats(p);
   for (int64_t hg = 0; hg < plan.group; ++hg)
-    for (int64_t r = 0; r < rows; ++r)
-      write_row(p, b, g * plan.group + hg, i0 + r, w.o + (hg * plan.br + r) * plan.dv_pad,
-                w.m[hg * plan.br + r], row_sum(plan, w, hg, r));
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t k = hg * plan.br + r;
+      write_row(p, b, g * plan.group + hg, i0 + r,
+                {w.o + k * plan.dv_pad, w.m[k], row_sum(plan, w, hg, r), stats ? w.ent[k] : 0.0f,
+                 stats ? w.best[k] : -1});
+    }
 }
 
 // Decode (few query rows, many keys): the key range is cut into a fixed number of splits that
 // depends only on L_kv, never on the thread count; each (batch, kv head, split) item leaves its
-// partial state [group·rows, dv_pad + 2] (o, then m and l), and the splits are merged in order:
-//   M = max_s m_s,  L = Σ_s e^(m_s − M) l_s,  O = Σ_s e^(m_s − M) o_s,  out = O / L.
+// partial state per row (o, then m, l, ent and the key of the maximum), and the splits are merged
+// in order:
+//   M = max_s m_s,  L = Σ_s e^(m_s − M) l_s,  O = Σ_s e^(m_s − M) o_s,  out = O / L,
+//   ent = Σ_s e^(m_s − M) (ent_s + (m_s − M) l_s),  argmax = that of the first split with m_s = M.
 void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
                 const float* packed) {
   const AttentionShape& sh = p.shape;
-  const int64_t G = plan.group, rows = sh.len_q, width = plan.dv_pad + 2;
+  const bool stats = wants_stats(p);
+  const int64_t G = plan.group, rows = sh.len_q, width = plan.dv_pad + 4;
+  const int64_t M = plan.dv_pad, L = M + 1, E = M + 2, A = M + 3;  // offsets in a row's state
   const int64_t splits = (plan.kv_blocks + kDecodeSplitBlocks - 1) / kDecodeSplitBlocks;
   const int64_t state = G * rows * width;
   std::vector<float> partial(static_cast<size_t>(sh.batch * sh.kv_heads * splits * state));
@@ -142,11 +175,13 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
     float* dst = partial.data() + item * state;
     for (int64_t hg = 0; hg < G; ++hg)
       for (int64_t r = 0; r < rows; ++r) {
+        const int64_t k = hg * plan.br + r;
         float* row = dst + (hg * rows + r) * width;
-        std::memcpy(row, w.o + (hg * plan.br + r) * plan.dv_pad,
-                    static_cast<size_t>(plan.dv_pad) * sizeof(float));
-        row[plan.dv_pad] = w.m[hg * plan.br + r];
-        row[plan.dv_pad + 1] = row_sum(plan, w, hg, r);
+        std::memcpy(row, w.o + k * plan.dv_pad, static_cast<size_t>(plan.dv_pad) * sizeof(float));
+        row[M] = w.m[k];
+        row[L] = row_sum(plan, w, hg, r);
+        row[E] = stats ? w.ent[k] : 0.0f;
+        row[A] = stats ? static_cast<float>(w.best[k]) : -1.0f;  // exact below 2^24 keys
       }
   });
   ctx.parallel_items(sh.batch * sh.kv_heads * G * rows, [&](int64_t item, int) {
@@ -154,24 +189,28 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
     const float* first = partial.data() + bg * splits * state + (hg * rows + r) * width;
     float m = kNegInf;
     bool nan = false;
+    int64_t best = -1;
     for (int64_t s = 0; s < splits; ++s) {
-      const float ms = first[s * state + plan.dv_pad];
+      const float ms = first[s * state + M];
       nan = nan || std::isnan(ms);
-      m = std::max(m, ms);
+      if (ms > m) {
+        m = ms;
+        best = static_cast<int64_t>(first[s * state + A]);
+      }
     }
     std::vector<float> o(static_cast<size_t>(plan.dv_pad), 0.0f);
-    float l = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
+    float l = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f, ent = 0.0f;
     if (!nan && m > kNegInf) {
       for (int64_t s = 0; s < splits; ++s) {
         const float* part = first + s * state;
-        const float ms = part[plan.dv_pad];
-        if (ms == kNegInf) continue;
-        const float scale = std::exp(ms - m);
-        l += scale * part[plan.dv_pad + 1];
+        if (part[M] == kNegInf) continue;
+        const float scale = std::exp(part[M] - m);
+        l += scale * part[L];
+        ent += scale * (part[E] + (part[M] - m) * part[L]);
         for (int64_t x = 0; x < plan.dv_pad; ++x) o[static_cast<size_t>(x)] += scale * part[x];
       }
     }
-    write_row(p, bg / sh.kv_heads, (bg % sh.kv_heads) * G + hg, r, o.data(), m, l);
+    write_row(p, bg / sh.kv_heads, (bg % sh.kv_heads) * G + hg, r, {o.data(), m, l, ent, best});
   });
 }
 

@@ -117,7 +117,14 @@ constexpr size_t kMaxSoftmaxRows = 256;
 //      at the end of the item, so a tile costs no second horizontal reduction).
 // A row that saw a NaN score gets m = α = NaN, so its sum and output become NaN (hn::Exp alone
 // would turn a NaN score into 0).
-void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha) {
+// Statistics, when `ent` and `argmax` are non-null (else skipped):
+//   argmax[r] = the first column holding the tile maximum when it beats the running maximum
+//               (a new best key), −1 otherwise;
+//   ent[r]    = Σ_j p̃_j (s_j − m) over the keys so far, with p̃ = exp(s − m) and m the running
+//               maximum, kept current as m changes: ent' = α·(ent + (m − m')·l) + Σ_tile p̃ (s −
+//               m'). The row's entropy is then log l − ent / l.
+void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
+                 float* ent, int32_t* argmax) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const float ninf = -std::numeric_limits<float>::infinity();
@@ -142,6 +149,19 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
     tile_max[r] = hn::AllFalse(d, hn::MaskFromVec(nan))
                       ? hn::GetLane(hn::MaxOfLanes(d, hn::Max(vmax0, vmax1)))
                       : std::numeric_limits<float>::quiet_NaN();
+    if (argmax) {
+      argmax[r] = -1;
+      if (tile_max[r] > m[r]) {
+        const VF t = hn::Set(d, tile_max[r]);
+        for (size_t c2 = 0; c2 < cols; c2 += L) {
+          const intptr_t at = hn::FindFirstTrue(d, hn::Eq(hn::LoadU(d, row + c2), t));
+          if (at >= 0) {
+            argmax[r] = static_cast<int32_t>(c2 + static_cast<size_t>(at));
+            break;
+          }
+        }
+      }
+    }
   }
   // B.
   const size_t padded = (rows + L - 1) / L * L;
@@ -164,12 +184,31 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
   // C.
   for (size_t r = 0; r < rows; ++r) {
     float* row = s + r * lds;
+    const float m_prev = m[r];
     m[r] = m_new[r];
     alpha[r] = a[r];
     const VF vm = hn::Set(d, m_new[r]);
     const bool none = m_new[r] == ninf;  // no allowed key yet: P = 0 (exp(−inf − −inf) is NaN)
     VF sum0 = hn::Zero(d), sum1 = sum0;
     size_t c = 0;
+    if (ent) {
+      // With statistics: the same P, plus Σ p̃·(s − m'); t is clamped so that p̃ = 0 gives 0.
+      const VF floor = hn::Set(d, -1e30f);
+      VF e = hn::Zero(d);
+      for (; c < cols; c += L) {
+        const VF t = hn::Sub(hn::LoadU(d, row + c), vm);
+        const VF p0 = none ? hn::Zero(d) : hn::Exp(d, t);
+        sum0 = hn::Add(sum0, p0);
+        e = hn::MulAdd(p0, hn::Max(t, floor), e);
+        hn::StoreU(p0, d, row + c);
+      }
+      float* lr = l + r * L;
+      const float l_old = hn::GetLane(hn::SumOfLanes(d, hn::LoadU(d, lr)));
+      const float shift = l_old > 0 ? (m_prev - m_new[r]) * l_old : 0.0f;
+      ent[r] = none ? 0.0f : a[r] * (ent[r] + shift) + hn::GetLane(hn::SumOfLanes(d, e));
+      hn::StoreU(hn::MulAdd(hn::Set(d, a[r]), hn::LoadU(d, lr), sum0), d, lr);
+      continue;
+    }
     for (; c + 2 * L <= cols; c += 2 * L) {
       const VF p0 = none ? hn::Zero(d) : hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), vm));
       const VF p1 = none ? hn::Zero(d) : hn::Exp(d, hn::Sub(hn::LoadU(d, row + c + L), vm));

@@ -35,9 +35,9 @@ void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
   HWY_DYNAMIC_DISPATCH(SoftcapTile)(s, rows, cols, lds, cap);
 }
 
-void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l,
-                  float* alpha) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRows)(s, rows, cols, lds, m, l, alpha);
+void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
+                  float* ent, int32_t* argmax) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRows)(s, rows, cols, lds, m, l, alpha, ent, argmax);
 }
 
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 namespace headlight::attention::cpu::kernels {
@@ -15,8 +16,10 @@ void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ld
 // s ← cap · tanh(s / cap).
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // The online softmax of a tile: updates m and the per-lane sums l [rows, lanes], writes α and
-// turns S into P (see flash_kernels-inl.h).
-void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha);
+// turns S into P (see flash_kernels-inl.h). With `ent` and `argmax` non-null it also tracks the
+// statistics documented there (argmax is a column of this tile, −1 when the maximum did not move).
+void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
+                  float* ent = nullptr, int32_t* argmax = nullptr);
 // o[rows, width] = α ⊙ o + p[rows, cols] · v[cols, width] (α null: o += p · v).
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha);

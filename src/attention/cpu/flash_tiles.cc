@@ -33,6 +33,9 @@ Scratch carve(float* base, const Plan& plan) {
   s.m = s.o + plan.o_floats;
   s.l = s.m + plan.row_floats;
   s.alpha = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
+  s.ent = s.alpha + plan.row_floats;
+  s.best = reinterpret_cast<int64_t*>(s.ent + plan.row_floats);  // row_floats is a multiple of 16
+  s.argcol = reinterpret_cast<int32_t*>(s.best + plan.row_floats);
   return s;
 }
 

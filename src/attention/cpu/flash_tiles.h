@@ -33,7 +33,8 @@ struct Plan {
   int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad] then V [bc_pad, dv_pad]
   size_t q_floats, s_floats, o_floats, row_floats;
   size_t total() const {
-    return q_floats + s_floats + o_floats + row_floats * (2 + static_cast<size_t>(lanes));
+    // q, s, o; m, alpha, ent; l (lanes per row); best (int64) and argcol (int32)
+    return q_floats + s_floats + o_floats + row_floats * (6 + static_cast<size_t>(lanes));
   }
 };
 
@@ -44,6 +45,10 @@ struct Scratch {
   float* m;      // [group·br] running maxima
   float* l;      // [group·br, lanes] running sums, per lane
   float* alpha;  // [br]
+  // Statistics (when asked for):
+  float* ent;       // [group·br] Σ p̃ (s − m), see softmax_rows
+  int64_t* best;    // [group·br] the key of the running maximum
+  int32_t* argcol;  // [br] the column of a new maximum in the current tile
 };
 
 // Where a tile sits: batch b, query head h, rows [i0, i0 + rows), keys [j0, j0 + cols).

@@ -35,6 +35,22 @@ void forward(const AttentionParams& p) {
         for (int64_t e = 0; e < sh.value_dim; ++e) out[e] = static_cast<float>(acc[e]);
         const int64_t flat = (b * sh.heads + h) * sh.len_q + i;
         if (p.lse) p.lse[flat] = static_cast<float>(row.lse);
+        if (p.entropy || p.argmax || p.max_weight) {
+          double h = 0, best = 0;
+          int64_t arg = -1;
+          for (int64_t j = 0; j < sh.len_kv; ++j) {
+            const double pj = row.prob[j];
+            if (pj > 0) h -= pj * std::log(pj);
+            if (pj > best) {
+              best = pj;
+              arg = j;
+            }
+          }
+          const bool nan = std::isnan(row.lse);
+          if (p.entropy) p.entropy[flat] = nan ? std::nanf("") : static_cast<float>(h);
+          if (p.argmax) p.argmax[flat] = nan ? -1 : arg;
+          if (p.max_weight) p.max_weight[flat] = nan ? std::nanf("") : static_cast<float>(best);
+        }
         if (p.probs) {
           float* pr = p.probs + flat * sh.len_kv;
           for (int64_t j = 0; j < sh.len_kv; ++j)
