@@ -126,6 +126,7 @@ void add_bench_attention(CLI::App& bench) {
       ->check(CLI::IsMember({"fused", "reference", "unfused"}))
       ->capture_default_str();
   cmd->add_option("--runs", c->runs, "Timed runs (the median is reported)")->capture_default_str();
+  cmd->add_option("--warmup", c->warmup, "Untimed runs first")->capture_default_str();
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->callback([c, json, kernel] {
     c->kernel = *kernel == "reference" ? bench::AttentionKernel::reference
@@ -151,6 +152,7 @@ void add_bench_attention(CLI::App& bench) {
                 {"gflops", r.gflops},
                 {"peak_gflops", r.peak.gflops},
                 {"fraction_of_peak", r.fraction_of_peak}});
+      j.update({{"io_bytes", r.io_bytes}, {"extra_peak_bytes", r.extra_peak_bytes}});
       if (r.kv_bytes > 0)
         j.update({{"kv_bytes", r.kv_bytes},
                   {"kv_gbytes_per_second", r.kv_gbytes_per_second},

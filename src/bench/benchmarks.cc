@@ -1,8 +1,10 @@
 #include "headlight/bench/benchmarks.h"
 
 #include <algorithm>
+#include <fstream>
 #include <functional>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "headlight/attention/cpu/flash_backward.h"
@@ -59,6 +61,23 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
 }
 
 namespace {
+
+// A field of /proc/self/status in bytes ("VmRSS": resident now, "VmHWM": peak resident), 0 when
+// it cannot be read.
+double resident_bytes(const char* field) {
+  std::ifstream status("/proc/self/status");
+  const std::string prefix = std::string(field) + ":";
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind(prefix, 0) == 0) return std::stod(line.substr(prefix.size())) * 1024.0;
+  return 0;
+}
+
+// Resets VmHWM to the current resident set (Linux: writing 5 to clear_refs), so that the peak
+// measured afterwards belongs to the timed runs.
+void reset_peak_resident() {
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+}
 
 // The unfused peer: (batch, head) pairs spread over the threads; each runs, per 256-row query
 // block, S = scale·Q·Kᵀ (oneDNN, one thread), −inf above the diagonal when causal, the SIMD row
@@ -160,7 +179,12 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   r.target = c.kernel == AttentionKernel::fused     ? attention::cpu::flash_target()
              : c.kernel == AttentionKernel::unfused ? "oneDNN + softmax"
                                                     : "scalar reference";
+  reset_peak_resident();
+  const double rss_start = resident_bytes("VmRSS");
   r.timing = time_runs(run, c.warmup, c.runs);
+  r.extra_peak_bytes = std::max(0.0, resident_bytes("VmHWM") - rss_start);
+  r.io_bytes = 4.0 * double(q.size() + k.size() + v.size() + out.size() + lse.size() + dq.size() +
+                            dk.size() + dv.size());
   r.flops = 2.0 * double(B) * double(H) * double(L) * double(S) * double(2 * D);
   if (c.causal && L == S) r.flops /= 2;
   if (c.backward) r.flops *= 2.5;

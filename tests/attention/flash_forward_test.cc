@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "attention_test_util.h"
 #include "headlight/attention/reference.h"
@@ -35,6 +36,19 @@ double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
     if (!(d <= m)) m = d;  // NaN makes m NaN and fails the comparison below
   }
   return m;
+}
+
+// The same random problem run through the reference and the fused forward: {reference, fused}.
+std::pair<Problem, Problem> forward_both(ThreadContext& ctx, const AttentionShape& shape,
+                                         uint64_t seed, const AttentionOptions& o) {
+  Problem ref(shape, seed), fused(shape, seed);
+  AttentionParams pr = ref.params(o);
+  pr.probs = nullptr;
+  reference::forward(pr);
+  AttentionParams pf = fused.params(o);
+  pf.probs = nullptr;
+  cpu::flash_forward(ctx, pf);
+  return {std::move(ref), std::move(fused)};
 }
 
 // A naive fp32 attention (float accumulation, two-pass softmax) for the accuracy rule.
@@ -125,13 +139,8 @@ TEST(FlashForward, OddLengthsHeadDimsAndTheAccuracyRule) {
     AttentionOptions o;
     o.causal = s.causal;
     o.alignment = s.align;
-    Problem ref(shape, 7), fused(shape, 7);
+    auto [ref, fused] = forward_both(ctx, shape, 7, o);
     AttentionParams pr = ref.params(o);
-    pr.probs = nullptr;
-    reference::forward(pr);
-    AttentionParams pf = fused.params(o);
-    pf.probs = nullptr;
-    cpu::flash_forward(ctx, pf);
     EXPECT_LE(max_diff(fused.out, ref.out), 1e-5);
     if (!s.causal) {  // the naive fp32 implementation has no masks
       const double naive = max_diff(naive_fp32(pr), ref.out);
@@ -222,13 +231,9 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
     o.window_left = c.window_left;
     o.key_lengths = c.lengths.empty() ? nullptr : c.lengths.data();
     o.softcap = c.softcap;
-    Problem ref(c.shape, 13), fused(c.shape, 13);
-    AttentionParams pr = ref.params(o);
-    pr.probs = nullptr;
-    reference::forward(pr);
+    auto [ref, fused] = forward_both(ctx, c.shape, 13, o);
     AttentionParams pf = fused.params(o);
     pf.probs = nullptr;
-    cpu::flash_forward(ctx, pf);
     EXPECT_LE(max_diff(fused.out, ref.out), 2e-6);
     EXPECT_LE(max_diff(fused.lse, ref.lse), 2e-6);
     // The splits do not depend on the thread count: bitwise the same on one thread.

@@ -77,6 +77,10 @@ struct AttentionBenchReport {
   double kv_gbytes_per_second = 0;
   double bandwidth_gbytes_per_second = 0;
   double fraction_of_bandwidth = 0;
+  // Memory: bytes of the inputs and outputs, and how far the process's peak resident set grew
+  // beyond them while the kernel ran (scratch, packed keys, partial buffers).
+  double io_bytes = 0;
+  double extra_peak_bytes = 0;
 };
 
 AttentionBenchReport bench_attention(const AttentionBenchConfig& config);

@@ -35,6 +35,33 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// Calls f.template operator()<R>(r) over blocks of output rows: R = 6 (the register tile's height)
+// while six rows remain, then once with the remainder (1..5).
+template <class F>
+HWY_INLINE void ForRowBlocks(size_t rows, F&& f) {
+  size_t r = 0;
+  for (; r + 6 <= rows; r += 6) f.template operator()<6>(r);
+  switch (rows - r) {
+    case 5:
+      f.template operator()<5>(r);
+      break;
+    case 4:
+      f.template operator()<4>(r);
+      break;
+    case 3:
+      f.template operator()<3>(r);
+      break;
+    case 2:
+      f.template operator()<2>(r);
+      break;
+    case 1:
+      f.template operator()<1>(r);
+      break;
+    default:
+      break;
+  }
+}
+
 // S[R rows, NV vectors] for rows q[0..R) (leading dim ldq) against kt[:, c0 .. c0 + NV·L).
 template <size_t R, size_t NV>
 HWY_INLINE void QkMicro(const float* HWY_RESTRICT q, size_t ldq, const float* HWY_RESTRICT kt,
@@ -68,29 +95,9 @@ HWY_INLINE void QkRows(const float* q, size_t ldq, const float* kt, size_t ldk, 
 // s[rows, cols] = q[rows, dim] · kt[dim, cols]; cols is a multiple of the vector length.
 void QkTile(const float* q, size_t ldq, size_t rows, const float* kt, size_t ldk, size_t dim,
             size_t cols, float* s, size_t lds) {
-  constexpr size_t kR = 6;
-  size_t r = 0;
-  for (; r + kR <= rows; r += kR)
-    QkRows<kR>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
-  switch (rows - r) {
-    case 5:
-      QkRows<5>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
-      break;
-    case 4:
-      QkRows<4>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
-      break;
-    case 3:
-      QkRows<3>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
-      break;
-    case 2:
-      QkRows<2>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
-      break;
-    case 1:
-      QkRows<1>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
-      break;
-    default:
-      break;
-  }
+  ForRowBlocks(rows, [&]<size_t R>(size_t r) {
+    QkRows<R>(q + r * ldq, ldq, kt, ldk, dim, cols, s + r * lds, lds);
+  });
 }
 
 // s ← cap · tanh(s / cap) over rows × cols.
@@ -263,33 +270,9 @@ HWY_INLINE void PvRows(const float* p, size_t ldp, size_t cols, const float* v, 
 // length.
 void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
             size_t width, float* o, size_t ldo, const float* alpha) {
-  constexpr size_t kR = 6;
-  size_t r = 0;
-  for (; r + kR <= rows; r += kR)
-    PvRows<kR>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo,
-               alpha ? alpha + r : nullptr);
-  const float* pr = p + r * ldp;
-  float* orow = o + r * ldo;
-  const float* ar = alpha ? alpha + r : nullptr;
-  switch (rows - r) {
-    case 5:
-      PvRows<5>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
-      break;
-    case 4:
-      PvRows<4>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
-      break;
-    case 3:
-      PvRows<3>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
-      break;
-    case 2:
-      PvRows<2>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
-      break;
-    case 1:
-      PvRows<1>(pr, ldp, cols, v, ldv, width, orow, ldo, ar);
-      break;
-    default:
-      break;
-  }
+  ForRowBlocks(rows, [&]<size_t R>(size_t r) {
+    PvRows<R>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo, alpha ? alpha + r : nullptr);
+  });
 }
 
 // s[r, c] ← exp(s[r, c] − lse[r]): exact probabilities from the saved log-sum-exp. Rows whose lse
@@ -345,28 +328,9 @@ HWY_INLINE void TransRows(const float* a, size_t lda, size_t rows, const float* 
 // c[cols, width] += a[rows, cols]ᵀ · b[rows, width]; width a multiple of the vector length.
 void AccumulateTransposed(const float* a, size_t lda, size_t rows, size_t cols, const float* b,
                           size_t ldb, size_t width, float* c, size_t ldc) {
-  constexpr size_t kR = 6;
-  size_t r = 0;
-  for (; r + kR <= cols; r += kR) TransRows<kR>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
-  switch (cols - r) {
-    case 5:
-      TransRows<5>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
-      break;
-    case 4:
-      TransRows<4>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
-      break;
-    case 3:
-      TransRows<3>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
-      break;
-    case 2:
-      TransRows<2>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
-      break;
-    case 1:
-      TransRows<1>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
-      break;
-    default:
-      break;
-  }
+  ForRowBlocks(cols, [&]<size_t R>(size_t r) {
+    TransRows<R>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+  });
 }
 
 // The softmax gradient of a tile, in place of dp: ds[r, c] = p[r, c] · (dp[r, c] − dot[r]).
