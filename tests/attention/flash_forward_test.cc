@@ -211,7 +211,8 @@ TEST(FlashForward, NanStaysInTheAffectedRow) {
 }
 
 TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
-  // Lq ≤ 16 with more than 4 key blocks takes the split-key decode path.
+  // Lq ≤ 16 with more than 4 key blocks takes the split-key decode path: keys and values read in
+  // place when Dv is a whole number of vectors, packed otherwise.
   ThreadContext ctx(3);
   struct DecodeCase {
     AttentionShape shape;
@@ -220,10 +221,12 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
     std::vector<int64_t> lengths;
     float softcap;
   };
-  for (const DecodeCase& c : {DecodeCase{{1, 8, 2, 1, 4097, 64, 64}, true, -1, {}, 0.0f},
-                              DecodeCase{{2, 4, 4, 3, 1000, 32, 16}, true, -1, {1000, 700}, 0.0f},
-                              DecodeCase{{1, 4, 1, 16, 2049, 128, 128}, false, 300, {}, 0.0f},
-                              DecodeCase{{2, 2, 2, 5, 777, 80, 80}, true, -1, {0, 777}, 30.0f}}) {
+  for (const DecodeCase& c :
+       {DecodeCase{{1, 8, 2, 1, 4097, 64, 64}, true, -1, {}, 0.0f},
+        DecodeCase{{2, 4, 4, 3, 1000, 32, 16}, true, -1, {1000, 700}, 0.0f},
+        DecodeCase{{1, 4, 1, 16, 2049, 128, 128}, false, 300, {}, 0.0f},
+        DecodeCase{{2, 2, 2, 5, 777, 80, 80}, true, -1, {0, 777}, 30.0f},
+        DecodeCase{{1, 6, 2, 2, 1500, 24, 40}, true, -1, {}, 0.0f}}) {  // packed (Dv 40)
     SCOPED_TRACE(::testing::Message() << "Lq " << c.shape.len_q << " Lk " << c.shape.len_kv);
     AttentionOptions o;
     o.causal = c.causal;

@@ -80,11 +80,14 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
   const int64_t j_begin = std::max({first.lo, key_lo, int64_t{0}});
   const int64_t j_end = std::min({last.hi + 1, key_hi, sh.len_kv});
-  const float* blocks = packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats;
+  // Packed blocks, or (packed == null) keys and values read where they lie.
+  const float* blocks =
+      packed ? packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats : nullptr;
   for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
     const int64_t cols = std::min(kBlockKeys, sh.len_kv - j0);
-    const float* kt = blocks + (j0 / kBlockKeys) * plan.block_floats;
-    const float* v = kt + D * plan.bc_pad;
+    const float* kt = blocks ? blocks + (j0 / kBlockKeys) * plan.block_floats : nullptr;
+    const float* v = blocks ? kt + D * plan.bc_pad : p.v.at(b, g, j0);
+    const int64_t ldv = blocks ? plan.dv_pad : p.v.row_stride;
     const int64_t cols_pad = round_up(cols, plan.lanes);
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
@@ -101,7 +104,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         for (int64_t r = 0; r < rows; ++r)
           if (w.argcol[r] >= 0) w.best[hg * plan.br + r] = j0 + w.argcol[r];
       if (o.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
-      kernels::pv_tile(w.s, plan.bc_pad, rows, cols_pad, v, plan.dv_pad, plan.dv_pad,
+      kernels::pv_tile(w.s, plan.bc_pad, rows, cols, v, ldv, plan.dv_pad,
                        w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
     }
   }
@@ -229,12 +232,14 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   if (sh.batch == 0 || sh.heads == 0 || sh.len_q == 0) return;
   const Plan plan = make_plan(p);
-  const float* packed = pack_keys(ctx, p, plan);
-
   if (sh.len_q <= kDecodeRows && plan.kv_blocks > kDecodeSplitBlocks) {
-    run_decode(ctx, p, plan, packed);
+    // Decode reads each key once: in place when the value rows are whole vectors wide (the
+    // tiles then need no padding), packed otherwise.
+    const bool in_place = sh.value_dim == plan.dv_pad;
+    run_decode(ctx, p, plan, in_place ? nullptr : pack_keys(ctx, p, plan));
     return;
   }
+  const float* packed = pack_keys(ctx, p, plan);
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
   const int64_t items = sh.batch * sh.kv_heads * q_blocks;
   ctx.parallel_items(items, [&](int64_t item, int worker) {

@@ -100,6 +100,55 @@ void QkTile(const float* q, size_t ldq, size_t rows, const float* kt, size_t ldk
   });
 }
 
+// Dot products of 4 keys with one query row: s[0..4) = a · k_i, k_i = k + i·ldk, over `dim`.
+HWY_INLINE void Dot4(const float* HWY_RESTRICT a, const float* HWY_RESTRICT k, size_t ldk,
+                     size_t dim, float* HWY_RESTRICT s) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
+  size_t e = 0;
+  for (; e + L <= dim; e += L) {
+    const VF q = hn::LoadU(d, a + e);
+    a0 = hn::MulAdd(q, hn::LoadU(d, k + e), a0);
+    a1 = hn::MulAdd(q, hn::LoadU(d, k + ldk + e), a1);
+    a2 = hn::MulAdd(q, hn::LoadU(d, k + 2 * ldk + e), a2);
+    a3 = hn::MulAdd(q, hn::LoadU(d, k + 3 * ldk + e), a3);
+  }
+  if (e < dim) {
+    const auto m = hn::FirstN(d, dim - e);
+    const VF q = hn::MaskedLoad(m, d, a + e);
+    a0 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + e), a0);
+    a1 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + ldk + e), a1);
+    a2 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + 2 * ldk + e), a2);
+    a3 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + 3 * ldk + e), a3);
+  }
+  s[0] = hn::GetLane(hn::SumOfLanes(d, a0));
+  s[1] = hn::GetLane(hn::SumOfLanes(d, a1));
+  s[2] = hn::GetLane(hn::SumOfLanes(d, a2));
+  s[3] = hn::GetLane(hn::SumOfLanes(d, a3));
+}
+
+// s[r, c] = a[r, :] · k[c·ldk, :] for r < rows, c < cols, any dim: scores straight from the key
+// rows where they lie (no packing), for the decode path that reads each key once.
+void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
+             size_t cols, float* s, size_t lds) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  size_t c = 0;
+  for (; c + 4 <= cols; c += 4)
+    for (size_t r = 0; r < rows; ++r) Dot4(a + r * lda, k + c * ldk, ldk, dim, s + r * lds + c);
+  for (; c < cols; ++c)
+    for (size_t r = 0; r < rows; ++r) {
+      VF acc = hn::Zero(d);
+      size_t e = 0;
+      for (; e + L <= dim; e += L)
+        acc = hn::MulAdd(hn::LoadU(d, a + r * lda + e), hn::LoadU(d, k + c * ldk + e), acc);
+      float x = hn::GetLane(hn::SumOfLanes(d, acc));
+      for (; e < dim; ++e) x += a[r * lda + e] * k[c * ldk + e];
+      s[r * lds + c] = x;
+    }
+}
+
 // s ← cap · tanh(s / cap) over rows × cols.
 void SoftcapTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
   const DF d;

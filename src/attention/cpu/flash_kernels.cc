@@ -14,6 +14,7 @@
 namespace headlight {
 
 HWY_EXPORT(QkTile);
+HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftcapTile);
 HWY_EXPORT(SoftmaxRows);
 HWY_EXPORT(PvTile);
@@ -29,6 +30,11 @@ namespace attention::cpu::kernels {
 void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ldb, size_t dim,
              size_t cols, float* s, size_t lds) {
   HWY_DYNAMIC_DISPATCH(QkTile)(a, lda, rows, bt, ldb, dim, cols, s, lds);
+}
+
+void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
+              size_t cols, float* s, size_t lds) {
+  HWY_DYNAMIC_DISPATCH(DotTile)(a, lda, rows, k, ldk, dim, cols, s, lds);
 }
 
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {

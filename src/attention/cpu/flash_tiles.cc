@@ -83,7 +83,12 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scale
                 const float* kt, float* s) {
   const int64_t D = p.shape.head_dim;
   const int64_t cols_pad = round_up(t.cols, plan.lanes);
-  kernels::qk_tile(q_scaled, D, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
+  if (kt) {
+    kernels::qk_tile(q_scaled, D, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
+  } else {  // keys read where they lie (decode)
+    kernels::dot_tile(q_scaled, D, t.rows, p.k.at(t.b, t.h / plan.group, t.j0), p.k.row_stride, D,
+                      t.cols, s, plan.bc_pad);
+  }
   if (p.options.softcap > 0)
     kernels::softcap_tile(s, t.rows, cols_pad, plan.bc_pad, p.options.softcap);
   apply_element_masks(p, t, cols_pad, s, plan.bc_pad);

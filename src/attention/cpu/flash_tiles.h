@@ -69,7 +69,8 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
                          int64_t lds);
 
 // s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
-// ALiBi and masks; −inf where not allowed and on the padding.
+// ALiBi and masks; −inf where not allowed and on the padding. kt is the packed Kᵀ of the block, or
+// null to read the key rows in place.
 void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scaled, const TilePos& t,
                 const float* kt, float* s);
 
