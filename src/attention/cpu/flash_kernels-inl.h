@@ -363,7 +363,7 @@ void ExpShiftRows(float* s, size_t rows, size_t cols, size_t lds, const float* l
     }
     const VF shift = hn::Set(d, lse[r]);
     for (size_t c = 0; c < cols; c += L)
-      hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, row + c), shift)), d, row + c);
+      hn::StoreU(ExpNonPositive(d, hn::Sub(hn::LoadU(d, row + c), shift)), d, row + c);
   }
 }
 
