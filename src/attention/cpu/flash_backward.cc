@@ -153,7 +153,6 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
       std::fill(dv_out, dv_out + cols * Dv, 0.0f);
       continue;
     }
-    const int64_t cols_pad = round_up(cols, plan.lanes);
     const float* kt = blocks + blk * bp.block_floats;
     const float* kn = kt + D * bc;
     const float* vt = kn + bc * bp.d_pad;
@@ -165,8 +164,11 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
         const int64_t rows = std::min(plan.br, it.row_end - i0);
         const KeyRange lo_row = key_range(p, it.b, i0), hi_row = key_range(p, it.b, i0 + rows - 1);
         if (hi_row.hi < j0 || lo_row.lo > j0 + cols - 1) continue;  // block outside these rows
+        // Keys past these rows' range are not computed (the causal diagonal).
+        const int64_t tcols = std::min(cols, hi_row.hi + 1 - j0);
+        const int64_t cols_pad = round_up(tcols, plan.lanes);
         const TilePos tile{
-            it.b, h, i0, rows, j0, cols, !(hi_row.lo <= j0 && lo_row.hi >= j0 + cols - 1)};
+            it.b, h, i0, rows, j0, tcols, !(hi_row.lo <= j0 && lo_row.hi >= j0 + tcols - 1)};
         const float* q = w.q + (hg * cr + i0 - it.row_begin) * bp.d_pad;
         const float* dout = w.dout + (hg * cr + i0 - it.row_begin) * plan.dv_pad;
         float* dq = w.dq + (hg * cr + i0 - it.row_begin) * bp.d_pad;

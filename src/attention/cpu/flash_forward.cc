@@ -84,7 +84,8 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   const float* blocks =
       packed ? packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats : nullptr;
   for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
-    const int64_t cols = std::min(kBlockKeys, sh.len_kv - j0);
+    // Keys past the last row's range are not computed at all (the causal diagonal).
+    const int64_t cols = std::min(kBlockKeys, j_end - j0);
     const float* kt = blocks ? blocks + (j0 / kBlockKeys) * plan.block_floats : nullptr;
     const float* v = blocks ? kt + D * plan.bc_pad : p.v.at(b, g, j0);
     const int64_t ldv = blocks ? plan.dv_pad : p.v.row_stride;
@@ -295,7 +296,7 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
     const float* blocks = packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats;
     for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
-      const int64_t cols = std::min(kBlockKeys, sh.len_kv - j0);
+      const int64_t cols = std::min(kBlockKeys, j_end - j0);
       const TilePos tile{b, h, i0, rows, j0, cols, !(last.lo <= j0 && first.hi >= j0 + cols - 1)};
       score_tile(p, plan, w.q, tile, blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
       kernels::exp_shift_rows(w.s, rows, round_up(cols, plan.lanes), plan.bc_pad, lse);
