@@ -66,6 +66,18 @@ HWY_INLINE void ForRowBlocks(size_t rows, F&& f) {
 template <size_t R, size_t NV>
 HWY_INLINE void QkMicro(const float* HWY_RESTRICT q, size_t ldq, const float* HWY_RESTRICT kt,
                         size_t ldk, size_t dim, float* HWY_RESTRICT s, size_t lds) {
+#if HWY_HAVE_SCALABLE
+  // Sizeless (SVE/RVV) vectors cannot live in arrays: one accumulator at a time.
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t v = 0; v < NV; ++v) {
+      VF acc = hn::Zero(d);
+      for (size_t e = 0; e < dim; ++e)
+        acc = hn::MulAdd(hn::Set(d, q[r * ldq + e]), hn::LoadU(d, kt + e * ldk + v * L), acc);
+      hn::StoreU(acc, d, s + r * lds + v * L);
+    }
+#else
   const DF d;
   const size_t L = hn::Lanes(d);
   VF acc[R][NV];
@@ -81,6 +93,7 @@ HWY_INLINE void QkMicro(const float* HWY_RESTRICT q, size_t ldq, const float* HW
   }
   for (size_t r = 0; r < R; ++r)
     for (size_t v = 0; v < NV; ++v) hn::StoreU(acc[r][v], d, s + r * lds + v * L);
+#endif
 }
 
 template <size_t R>
@@ -312,6 +325,18 @@ template <size_t R, size_t NV>
 HWY_INLINE void PvMicro(const float* HWY_RESTRICT p, size_t ldp, size_t cols,
                         const float* HWY_RESTRICT v, size_t ldv, float* HWY_RESTRICT o, size_t ldo,
                         const float* HWY_RESTRICT alpha) {
+#if HWY_HAVE_SCALABLE
+  // Sizeless (SVE/RVV) vectors cannot live in arrays: one accumulator at a time.
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t x = 0; x < NV; ++x) {
+      VF acc = hn::Mul(hn::Set(d, alpha ? alpha[r] : 1.0f), hn::LoadU(d, o + r * ldo + x * L));
+      for (size_t c = 0; c < cols; ++c)
+        acc = hn::MulAdd(hn::Set(d, p[r * ldp + c]), hn::LoadU(d, v + c * ldv + x * L), acc);
+      hn::StoreU(acc, d, o + r * ldo + x * L);
+    }
+#else
   const DF d;
   const size_t L = hn::Lanes(d);
   VF acc[R][NV];
@@ -329,6 +354,7 @@ HWY_INLINE void PvMicro(const float* HWY_RESTRICT p, size_t ldp, size_t cols,
   }
   for (size_t r = 0; r < R; ++r)
     for (size_t x = 0; x < NV; ++x) hn::StoreU(acc[r][x], d, o + r * ldo + x * L);
+#endif
 }
 
 template <size_t R>
@@ -373,6 +399,18 @@ template <size_t R, size_t NV>
 HWY_INLINE void TransMicro(const float* HWY_RESTRICT a, size_t lda, size_t rows,
                            const float* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
                            size_t ldc) {
+#if HWY_HAVE_SCALABLE
+  // Sizeless (SVE/RVV) vectors cannot live in arrays: one accumulator at a time.
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < R; ++r)
+    for (size_t x = 0; x < NV; ++x) {
+      VF acc = hn::LoadU(d, c + r * ldc + x * L);
+      for (size_t k = 0; k < rows; ++k)
+        acc = hn::MulAdd(hn::Set(d, a[k * lda + r]), hn::LoadU(d, b + k * ldb + x * L), acc);
+      hn::StoreU(acc, d, c + r * ldc + x * L);
+    }
+#else
   const DF d;
   const size_t L = hn::Lanes(d);
   VF acc[R][NV];
@@ -388,6 +426,7 @@ HWY_INLINE void TransMicro(const float* HWY_RESTRICT a, size_t lda, size_t rows,
   }
   for (size_t r = 0; r < R; ++r)
     for (size_t x = 0; x < NV; ++x) hn::StoreU(acc[r][x], d, c + r * ldc + x * L);
+#endif
 }
 
 template <size_t R>
