@@ -321,49 +321,55 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
   }
 }
 
-template <size_t R, size_t NV>
-HWY_INLINE void PvMicro(const float* HWY_RESTRICT p, size_t ldp, size_t cols,
-                        const float* HWY_RESTRICT v, size_t ldv, float* HWY_RESTRICT o, size_t ldo,
-                        const float* HWY_RESTRICT alpha) {
+// c[R rows, NV vectors] = α ⊙ c + Σ_k A(r, k) · b[k, NV vectors], the register tile of the
+// products with a broadcast left operand: A(r, k) = a[r·lda + k] (PvTile: O += P·V, dQ += dS·K) or,
+// with kTransposedA, a[k·lda + r] (AccumulateTransposed: dV += P'ᵀ·dO, dK += dSᵀ·Q). b is loaded
+// as vectors; α = 1 when null.
+template <size_t R, size_t NV, bool kTransposedA>
+HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t inner,
+                                const float* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
+                                size_t ldc, const float* HWY_RESTRICT alpha) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  auto a_at = [&](size_t r, size_t k) { return kTransposedA ? a[k * lda + r] : a[r * lda + k]; };
 #if HWY_HAVE_SCALABLE
   // Sizeless (SVE/RVV) vectors cannot live in arrays: one accumulator at a time.
-  const DF d;
-  const size_t L = hn::Lanes(d);
   for (size_t r = 0; r < R; ++r)
     for (size_t x = 0; x < NV; ++x) {
-      VF acc = hn::Mul(hn::Set(d, alpha ? alpha[r] : 1.0f), hn::LoadU(d, o + r * ldo + x * L));
-      for (size_t c = 0; c < cols; ++c)
-        acc = hn::MulAdd(hn::Set(d, p[r * ldp + c]), hn::LoadU(d, v + c * ldv + x * L), acc);
-      hn::StoreU(acc, d, o + r * ldo + x * L);
+      VF acc = hn::Mul(hn::Set(d, alpha ? alpha[r] : 1.0f), hn::LoadU(d, c + r * ldc + x * L));
+      for (size_t k = 0; k < inner; ++k)
+        acc = hn::MulAdd(hn::Set(d, a_at(r, k)), hn::LoadU(d, b + k * ldb + x * L), acc);
+      hn::StoreU(acc, d, c + r * ldc + x * L);
     }
 #else
-  const DF d;
-  const size_t L = hn::Lanes(d);
   VF acc[R][NV];
   for (size_t r = 0; r < R; ++r) {
-    const VF a = hn::Set(d, alpha ? alpha[r] : 1.0f);
-    for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::Mul(a, hn::LoadU(d, o + r * ldo + x * L));
+    const VF al = hn::Set(d, alpha ? alpha[r] : 1.0f);
+    for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::Mul(al, hn::LoadU(d, c + r * ldc + x * L));
   }
-  for (size_t c = 0; c < cols; ++c) {
-    VF vv[NV];
-    for (size_t x = 0; x < NV; ++x) vv[x] = hn::LoadU(d, v + c * ldv + x * L);
+  for (size_t k = 0; k < inner; ++k) {
+    VF bv[NV];
+    for (size_t x = 0; x < NV; ++x) bv[x] = hn::LoadU(d, b + k * ldb + x * L);
     for (size_t r = 0; r < R; ++r) {
-      const VF pv = hn::Set(d, p[r * ldp + c]);
-      for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::MulAdd(pv, vv[x], acc[r][x]);
+      const VF av = hn::Set(d, a_at(r, k));
+      for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::MulAdd(av, bv[x], acc[r][x]);
     }
   }
   for (size_t r = 0; r < R; ++r)
-    for (size_t x = 0; x < NV; ++x) hn::StoreU(acc[r][x], d, o + r * ldo + x * L);
+    for (size_t x = 0; x < NV; ++x) hn::StoreU(acc[r][x], d, c + r * ldc + x * L);
 #endif
 }
 
-template <size_t R>
-HWY_INLINE void PvRows(const float* p, size_t ldp, size_t cols, const float* v, size_t ldv,
-                       size_t width, float* o, size_t ldo, const float* alpha) {
+// The tile over the whole width, four vectors at a time, then one.
+template <size_t R, bool kTransposedA>
+HWY_INLINE void AccumulateRows(const float* a, size_t lda, size_t inner, const float* b, size_t ldb,
+                               size_t width, float* c, size_t ldc, const float* alpha) {
   const size_t L = hn::Lanes(DF());
   size_t x = 0;
-  for (; x + 4 * L <= width; x += 4 * L) PvMicro<R, 4>(p, ldp, cols, v + x, ldv, o + x, ldo, alpha);
-  for (; x < width; x += L) PvMicro<R, 1>(p, ldp, cols, v + x, ldv, o + x, ldo, alpha);
+  for (; x + 4 * L <= width; x += 4 * L)
+    AccumulateMicro<R, 4, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha);
+  for (; x < width; x += L)
+    AccumulateMicro<R, 1, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha);
 }
 
 // o[rows, width] = alpha ⊙ o + p[rows, cols] · v[cols, width]; width a multiple of the vector
@@ -371,7 +377,8 @@ HWY_INLINE void PvRows(const float* p, size_t ldp, size_t cols, const float* v, 
 void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
             size_t width, float* o, size_t ldo, const float* alpha) {
   ForRowBlocks(rows, [&]<size_t R>(size_t r) {
-    PvRows<R>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo, alpha ? alpha + r : nullptr);
+    AccumulateRows<R, false>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo,
+                             alpha ? alpha + r : nullptr);
   });
 }
 
@@ -393,56 +400,11 @@ void ExpShiftRows(float* s, size_t rows, size_t cols, size_t lds, const float* l
   }
 }
 
-// c[cols, width] += a[rows, cols]ᵀ · b[rows, width]: register tile of R output rows (columns of a)
-// × NV vectors; a is broadcast (R consecutive elements of one of its rows), b loaded as vectors.
-template <size_t R, size_t NV>
-HWY_INLINE void TransMicro(const float* HWY_RESTRICT a, size_t lda, size_t rows,
-                           const float* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
-                           size_t ldc) {
-#if HWY_HAVE_SCALABLE
-  // Sizeless (SVE/RVV) vectors cannot live in arrays: one accumulator at a time.
-  const DF d;
-  const size_t L = hn::Lanes(d);
-  for (size_t r = 0; r < R; ++r)
-    for (size_t x = 0; x < NV; ++x) {
-      VF acc = hn::LoadU(d, c + r * ldc + x * L);
-      for (size_t k = 0; k < rows; ++k)
-        acc = hn::MulAdd(hn::Set(d, a[k * lda + r]), hn::LoadU(d, b + k * ldb + x * L), acc);
-      hn::StoreU(acc, d, c + r * ldc + x * L);
-    }
-#else
-  const DF d;
-  const size_t L = hn::Lanes(d);
-  VF acc[R][NV];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::LoadU(d, c + r * ldc + x * L);
-  for (size_t k = 0; k < rows; ++k) {
-    VF bv[NV];
-    for (size_t x = 0; x < NV; ++x) bv[x] = hn::LoadU(d, b + k * ldb + x * L);
-    for (size_t r = 0; r < R; ++r) {
-      const VF av = hn::Set(d, a[k * lda + r]);
-      for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::MulAdd(av, bv[x], acc[r][x]);
-    }
-  }
-  for (size_t r = 0; r < R; ++r)
-    for (size_t x = 0; x < NV; ++x) hn::StoreU(acc[r][x], d, c + r * ldc + x * L);
-#endif
-}
-
-template <size_t R>
-HWY_INLINE void TransRows(const float* a, size_t lda, size_t rows, const float* b, size_t ldb,
-                          size_t width, float* c, size_t ldc) {
-  const size_t L = hn::Lanes(DF());
-  size_t x = 0;
-  for (; x + 4 * L <= width; x += 4 * L) TransMicro<R, 4>(a, lda, rows, b + x, ldb, c + x, ldc);
-  for (; x < width; x += L) TransMicro<R, 1>(a, lda, rows, b + x, ldb, c + x, ldc);
-}
-
 // c[cols, width] += a[rows, cols]ᵀ · b[rows, width]; width a multiple of the vector length.
 void AccumulateTransposed(const float* a, size_t lda, size_t rows, size_t cols, const float* b,
                           size_t ldb, size_t width, float* c, size_t ldc) {
   ForRowBlocks(cols, [&]<size_t R>(size_t r) {
-    TransRows<R>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc);
+    AccumulateRows<R, true>(a + r, lda, rows, b, ldb, width, c + r * ldc, ldc, nullptr);
   });
 }
 
