@@ -64,9 +64,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   const AttentionOptions& o = p.options;
   const int64_t D = sh.head_dim, G = plan.group;
 
-  // Pack the scaled queries of every head of the group, and reset the running state.
-  for (int64_t hg = 0; hg < G; ++hg)
-    pack_queries(p, b, g * G + hg, i0, rows, w.q + hg * plan.br * D);
+  // Queries are used where they lie against packed (scaled) keys; reading keys in place needs
+  // scaled copies of the queries. Then reset the running state.
+  if (!packed)
+    for (int64_t hg = 0; hg < G; ++hg)
+      pack_queries(p, b, g * G + hg, i0, rows, w.q + hg * plan.br * D);
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
@@ -96,7 +98,10 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
       const TilePos tile{b, h, i0, rows, j0, cols, partial};
-      score_tile(p, plan, w.q + hg * plan.br * D, tile, kt, w.s);
+      if (packed)
+        score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
+      else
+        score_tile(p, plan, w.q + hg * plan.br * D, D, tile, nullptr, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
       kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
@@ -287,7 +292,6 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     const int64_t g = h / plan.group;
     const int64_t i0 = row_begin + rb * plan.br, rows = std::min(plan.br, row_end - i0);
     const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
-    pack_queries(p, b, h, i0, rows, w.q);
     const float* lse = p.lse + (b * sh.heads + h) * sh.len_q + i0;
     float* dst = out + ((b * nh + hi) * nrows + (i0 - row_begin)) * sh.len_kv;
     std::fill(dst, dst + rows * sh.len_kv, 0.0f);  // keys outside every row's range stay 0
@@ -298,7 +302,8 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
       const int64_t cols = std::min(kBlockKeys, j_end - j0);
       const TilePos tile{b, h, i0, rows, j0, cols, !(last.lo <= j0 && first.hi >= j0 + cols - 1)};
-      score_tile(p, plan, w.q, tile, blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
+      score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile,
+                 blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
       kernels::exp_shift_rows(w.s, rows, round_up(cols, plan.lanes), plan.bc_pad, lse);
       if (p.options.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       for (int64_t r = 0; r < rows; ++r)

@@ -79,14 +79,14 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
 
 // s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
 // ALiBi and masks; −inf where not allowed and on the padding.
-void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scaled, const TilePos& t,
-                const float* kt, float* s) {
+void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
+                const TilePos& t, const float* kt, float* s) {
   const int64_t D = p.shape.head_dim;
   const int64_t cols_pad = round_up(t.cols, plan.lanes);
   if (kt) {
-    kernels::qk_tile(q_scaled, D, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
-  } else {  // keys read where they lie (decode)
-    kernels::dot_tile(q_scaled, D, t.rows, p.k.at(t.b, t.h / plan.group, t.j0), p.k.row_stride, D,
+    kernels::qk_tile(q, ldq, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
+  } else {  // keys read where they lie (decode); q is scaled
+    kernels::dot_tile(q, ldq, t.rows, p.k.at(t.b, t.h / plan.group, t.j0), p.k.row_stride, D,
                       t.cols, s, plan.bc_pad);
   }
   if (p.options.softcap > 0)
@@ -116,11 +116,19 @@ void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g
   const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
   float* kt = dst;
   float* v = dst + D * plan.bc_pad;
+  const float scale = effective_scale(p);
   for (int64_t e = 0; e < D; ++e)
     std::fill(kt + e * plan.bc_pad + cols, kt + (e + 1) * plan.bc_pad, 0.0f);
+  // Kᵀ scaled, 16 keys at a time so that each row of Kᵀ is written 16 floats in a row.
+  constexpr int64_t kKeys = 16;
+  for (int64_t c0 = 0; c0 < cols; c0 += kKeys) {
+    const int64_t n = std::min(kKeys, cols - c0);
+    const float* rows[kKeys];
+    for (int64_t c = 0; c < n; ++c) rows[c] = p.k.at(b, g, j0 + c0 + c);
+    for (int64_t e = 0; e < D; ++e)
+      for (int64_t c = 0; c < n; ++c) kt[e * plan.bc_pad + c0 + c] = rows[c][e] * scale;
+  }
   for (int64_t c = 0; c < cols; ++c) {
-    const float* k = p.k.at(b, g, j0 + c);
-    for (int64_t e = 0; e < D; ++e) kt[e * plan.bc_pad + c] = k[e];
     float* vr = v + c * plan.dv_pad;
     std::memcpy(vr, p.v.at(b, g, j0 + c), static_cast<size_t>(Dv) * sizeof(float));
     std::fill(vr + Dv, vr + plan.dv_pad, 0.0f);

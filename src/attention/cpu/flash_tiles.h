@@ -68,17 +68,18 @@ Scratch carve(float* base, const Plan& plan);
 void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t cols_pad, float* s,
                          int64_t lds);
 
-// s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
-// ALiBi and masks; −inf where not allowed and on the padding. kt is the packed Kᵀ of the block, or
-// null to read the key rows in place.
-void score_tile(const AttentionParams& p, const Plan& plan, const float* q_scaled, const TilePos& t,
-                const float* kt, float* s);
+// s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ, soft-cap, ALiBi and masks; −inf where
+// not allowed and on the padding. kt is the packed, scaled Kᵀ of the block and q the query rows as
+// they lie (leading dim ldq); or kt is null, the key rows are read in place and q must hold the
+// scaled queries (pack_queries).
+void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
+                const TilePos& t, const float* kt, float* s);
 
 // Multiplies P by the dropout mask of the tile: 0 or 1/(1 − p) per element (params.h).
 void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds);
 
-// Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
-// strides.
+// Packs key block `blk` of (b, g): scale·Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from
+// any strides (the softmax scale rides on the keys, so queries are used where they lie).
 void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
                 float* dst);
 
