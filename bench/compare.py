@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Attention forward throughput of headlight and its peers on the same shapes, in one run.
 
-    .venv/bin/python bench/compare.py [--threads 2] [--runs 5] [--shapes 512x64,2048x64,2048x128]
+    .venv/bin/python bench/compare.py [--threads 2] [--runs 5] [--rounds 3] [--shapes 512x64,2048x64,2048x128]
 
 Rows: headlight's fused kernel and its unfused path (oneDNN products + softmax), measured by
 `headlight bench attention`; PyTorch's scaled_dot_product_attention (its CPU flash kernel) and
@@ -87,7 +87,8 @@ def onnxruntime_mha(B, H, N, D, causal, runs, threads):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per round (median)")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median of medians)")
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--shapes", default="512x64,2048x64,2048x128",
@@ -109,11 +110,21 @@ def main():
                   "--head-dim", str(D), "--threads", str(T), "--runs", str(args.runs)]
         if causal:
             common.append("--causal")
-        rows = [("headlight fused", cli_json(*common)["seconds_median"]),
-                ("headlight unfused (oneDNN + softmax)", cli_json(*common, "--kernel", "unfused")["seconds_median"]),
-                ("PyTorch SDPA", torch_sdpa(B, H, N, D, causal, args.runs)),
-                ("PyTorch nn.MultiheadAttention (whole module)", torch_mha(B, H, N, D, causal, args.runs)),
-                ("ONNX Runtime MultiHeadAttention", onnxruntime_mha(B, H, N, D, causal, args.runs, T))]
+        measure = {
+            "headlight fused": lambda: cli_json(*common)["seconds_median"],
+            "headlight unfused (oneDNN + softmax)":
+                lambda: cli_json(*common, "--kernel", "unfused")["seconds_median"],
+            "PyTorch SDPA": lambda: torch_sdpa(B, H, N, D, causal, args.runs),
+            "PyTorch nn.MultiheadAttention (whole module)": lambda: torch_mha(B, H, N, D, causal, args.runs),
+            "ONNX Runtime MultiHeadAttention": lambda: onnxruntime_mha(B, H, N, D, causal, args.runs, T),
+        }
+        # Interleaved rounds: a burst of load from a neighbour on the shared machine then spoils
+        # one round of every implementation rather than all runs of one of them.
+        results = {name: [] for name in measure}
+        for _ in range(args.rounds):
+            for name, fn in measure.items():
+                results[name].append(fn())
+        rows = [(name, None if None in secs else statistics.median(secs)) for name, secs in results.items()]
         fused = rows[0][1]
         label = f"N={N}, D={D}{' causal' if causal else ''}"
         for name, sec in rows:
@@ -122,7 +133,7 @@ def main():
     peak = max(peaks)
     print(f"FP32 FMA peak measured in this run: {peak:.1f} GFLOP/s on {T} threads (probes: "
           f"{', '.join(f'{p:.1f}' for p in peaks)}); torch {torch.__version__}; B={B}, H={H}; "
-          f"medians of {args.runs} runs\n")
+          f"median over {args.rounds} interleaved rounds of the median of {args.runs} runs\n")
     print("| shape | implementation | ms | GFLOP/s | fraction of peak | headlight fused ÷ this |")
     print("|---|---|---:|---:|---:|---:|")
     for label, name, sec, gflops, ratio in lines:
