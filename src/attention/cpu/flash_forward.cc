@@ -66,9 +66,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
 
   // Queries are used where they lie against packed (scaled) keys; reading keys in place needs
   // scaled copies of the queries. Then reset the running state.
-  if (!packed)
+  if (!packed) {
+    check(rows == plan.br, "flash_forward: keys in place need whole query blocks");
     for (int64_t hg = 0; hg < G; ++hg)
       pack_queries(p, b, g * G + hg, i0, rows, w.q + hg * plan.br * D);
+  }
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
@@ -95,13 +97,31 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
+    if (!packed) {
+      // Keys and values in place (decode): the rows of every head of the group form one tile,
+      // so each key and value row is read once for the whole group.
+      const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
+      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad);
+      if (o.softcap > 0) kernels::softcap_tile(w.s, gr, cols_pad, plan.bc_pad, o.softcap);
+      for (int64_t hg = 0; hg < G; ++hg)
+        apply_element_masks(p, {b, g * G + hg, i0, rows, j0, cols, partial}, cols_pad,
+                            w.s + hg * rows * plan.bc_pad, plan.bc_pad);
+      kernels::softmax_rows(w.s, gr, cols_pad, plan.bc_pad, w.m, w.l, w.alpha,
+                            stats ? w.ent : nullptr, stats ? w.argcol : nullptr);
+      if (stats)
+        for (int64_t k = 0; k < gr; ++k)
+          if (w.argcol[k] >= 0) w.best[k] = j0 + w.argcol[k];
+      if (o.dropout_p > 0)
+        for (int64_t hg = 0; hg < G; ++hg)
+          apply_dropout(p, {b, g * G + hg, i0, rows, j0, cols, partial},
+                        w.s + hg * rows * plan.bc_pad, plan.bc_pad);
+      kernels::pv_tile(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad, w.alpha);
+      continue;
+    }
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
       const TilePos tile{b, h, i0, rows, j0, cols, partial};
-      if (packed)
-        score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
-      else
-        score_tile(p, plan, w.q + hg * plan.br * D, D, tile, nullptr, w.s);
+      score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
       kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,

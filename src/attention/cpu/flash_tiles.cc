@@ -151,7 +151,7 @@ Plan make_plan(const AttentionParams& p) {
   plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
   plan.block_floats =
       round_up(static_cast<int64_t>(D * bc + bc * static_cast<size_t>(plan.dv_pad)), 16);
-  plan.s_floats = br * bc;
+  plan.s_floats = G * br * bc;  // one head's tile, or (keys in place) the whole group's
   plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
 

@@ -40,11 +40,11 @@ struct Plan {
 
 struct Scratch {
   float* q;      // [group, br, D] scaled queries
-  float* s;      // [br, bc_pad] scores, then probabilities
+  float* s;      // [group·br, bc_pad] scores, then probabilities (one head's rows, or all)
   float* o;      // [group, br, dv_pad] unnormalised outputs
   float* m;      // [group·br] running maxima
   float* l;      // [group·br, lanes] running sums, per lane
-  float* alpha;  // [br]
+  float* alpha;  // [group·br] rescale factors of the current tile
   // Statistics (when asked for):
   float* ent;       // [group·br] Σ p̃ (s − m), see softmax_rows
   int64_t* best;    // [group·br] the key of the running maximum
