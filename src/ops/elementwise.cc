@@ -1,4 +1,4 @@
-// Row softmax (SIMD through Highway, dynamic dispatch) and small elementwise helpers.
+// Row softmax (SIMD through Highway, dynamic dispatch).
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/ops/elementwise.cc"
@@ -42,10 +42,6 @@ void softmax_rows(float* x, int64_t rows, int64_t cols, int64_t ld) {
     const float fill = has_nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f;
     for (int64_t c = 0; c < cols; ++c) row[c] = fill;
   }
-}
-
-void axpy(int64_t n, float alpha, const float* x, float* y) {
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
 }  // namespace ops

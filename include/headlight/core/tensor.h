@@ -39,9 +39,6 @@ class TensorView {
   TensorView(void* data, DType dtype, Shape shape, Shape strides);
   // A row-major view.
   TensorView(void* data, DType dtype, Shape shape);
-  static TensorView of(const float* data, Shape shape) {
-    return TensorView(const_cast<float*>(data), DType::f32, std::move(shape));
-  }
 
   bool empty_view() const { return data_ == nullptr && shape_.empty(); }
   void* data() const { return data_; }
