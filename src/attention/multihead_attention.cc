@@ -277,6 +277,8 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
   Tensor probs;
   if (opt.need_weights) probs = Tensor::empty({N, H, L, Sx});
   p.probs = opt.need_weights ? probs.data() : nullptr;
+  k.lse = Tensor::empty({N, H, L});
+  p.lse = k.lse.data();  // kept, so that backward need not run the forward again
   attention::forward(ctx, p, c.kernel);
   p.probs = nullptr;
 

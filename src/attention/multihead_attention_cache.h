@@ -26,6 +26,7 @@ struct MultiheadAttention::Cache {
   Tensor heads;            // attention output before the gates [rows_q, E]
   Tensor gated;            // after the gates [rows_q, E]
   Tensor mask;             // merged additive mask, when any
+  Tensor lse;              // [N, H, L] log-sum-exp of the attention, for the fused backward
   AttentionParams params;  // as run (pointers into the tensors above)
 };
 
