@@ -12,7 +12,11 @@ Arrays are numpy float32 (other real dtypes are converted); errors are ``ValueEr
 """
 
 from ._headlight import (  # noqa: F401
+    GPT,
+    AdamW,
     HeadlightError,
+    Tokenizer,
+    lr_at,
     MultiheadAttention,
     cpu_info,
     scaled_dot_product_attention,
@@ -22,7 +26,11 @@ from ._headlight import (  # noqa: F401
 __version__ = "0.1.0"
 
 __all__ = [
+    "GPT",
+    "AdamW",
     "HeadlightError",
+    "Tokenizer",
+    "lr_at",
     "MultiheadAttention",
     "cpu_info",
     "scaled_dot_product_attention",

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "conversions.h"
+#include "gpt_bindings.h"
 #include "headlight/attention/multihead_attention.h"
 #include "headlight/attention/sdpa.h"
 #include "headlight/core/cpu_info.h"
@@ -82,6 +83,7 @@ py::tuple mha_forward(PyMultiheadAttention& self, const py::object& query, const
 }  // namespace
 
 PYBIND11_MODULE(_headlight, m) {
+  bind_gpt(m);
   m.doc() = "headlight: multi-head attention kernels, a PyTorch-compatible module, head inspection";
   py::register_exception<Error>(m, "HeadlightError", PyExc_ValueError);
 

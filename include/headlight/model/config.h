@@ -1,0 +1,50 @@
+// GPTConfig: the shape and options of a GPT-style model, and its JSON form (the checkpoint's
+// `headlight.config` metadata, DESIGN.md §2).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace headlight::model {
+
+enum class Positional : uint8_t { learned, sinusoidal, rope, alibi, none };
+enum class Norm : uint8_t { layernorm, rmsnorm };
+
+struct GPTConfig {
+  int64_t vocab_size = 256;
+  int64_t n_layer = 4;
+  int64_t n_head = 4;
+  int64_t n_kv_head = 4;  // divides n_head (grouped-query attention when smaller)
+  int64_t n_embd = 128;
+  int64_t block_size = 128;  // longest sequence
+  Positional positional = Positional::learned;
+  Norm norm = Norm::layernorm;
+  bool norm_first = true;  // pre-norm (GPT-2); false: post-norm (Vaswani et al.)
+  bool bias = true;        // biases of the linear layers and LayerNorm
+  bool causal = true;      // decoder; false: bidirectional encoder (masked-token loss)
+  bool tied_embeddings = true;
+  float dropout = 0.0f;
+  int64_t mlp_ratio = 4;
+  float rope_base = 10000.0f;
+
+  int64_t head_dim() const { return n_embd / n_head; }
+  int64_t qkv_width() const { return (n_head + 2 * n_kv_head) * head_dim(); }
+  int64_t mlp_width() const { return mlp_ratio * n_embd; }
+};
+
+// Throws headlight::Error naming the field when the config is inconsistent (n_embd not divisible
+// by n_head, n_kv_head not dividing n_head, odd head_dim with rope, non-positive sizes, dropout
+// outside [0, 1)).
+void validate(const GPTConfig& c);
+
+std::string to_json(const GPTConfig& c);
+// Parses and validates; unknown keys are ignored, missing keys keep their defaults except the
+// sizes (vocab_size, n_layer, n_head, n_embd, block_size), which are required.
+GPTConfig config_from_json(const std::string& json);
+
+const char* positional_name(Positional p);
+const char* norm_name(Norm n);
+Positional parse_positional(const std::string& name);
+Norm parse_norm(const std::string& name);
+
+}  // namespace headlight::model

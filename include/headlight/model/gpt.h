@@ -1,0 +1,108 @@
+// GPT: a GPT-style decoder (or, with causal = false, a bidirectional encoder) on headlight's fused
+// attention. Forward and a hand-written backward for every layer, llm.c style: parameters and
+// gradients are two arenas with one layout (ParameterLayout), activations are kept from the
+// forward for the backward. Conventions (names, scale, norms, positions) as DESIGN.md §2.
+//
+// Block, pre-norm (norm_first):  h = x + attn(ln_1(x));  out = h + mlp(ln_2(h));  logits =
+//   ln_f(x_L) · lm_headᵀ.  Post-norm:  h = ln_1(x + attn(x));  out = ln_2(h + mlp(h)).
+// attn(x) = c_proj(concat_h gate_h · softmax(q_h k_gᵀ/√d + bias) v_g) with q, k, v the rows of
+// c_attn(x); mlp(x) = c_proj(gelu(c_fc(x))). Dropout (training only) on the embeddings, the
+// attention probabilities and both residual branches, from a counter-based RNG keyed by the seed.
+//
+// Per-head gates (default 1) scale each head's output before c_proj; their gradients are what the
+// head-importance score of Michel et al. needs. Gates are not part of the checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "headlight/attention/dispatch.h"
+#include "headlight/core/tensor_source.h"
+#include "headlight/core/thread_context.h"
+#include "headlight/model/config.h"
+#include "headlight/model/parameters.h"
+
+namespace headlight::model {
+
+struct ForwardOptions {
+  bool train = false;  // dropout on (when config.dropout > 0)
+  uint64_t seed = 0;   // dropout stream for this step
+  attention::KernelChoice kernel = attention::KernelChoice::automatic;
+  // When non-null: the exact attention probabilities P (before dropout) of every layer,
+  // [n_layer, B, n_head, T, T], recomputed by the fused kernel from the saved log-sum-exp.
+  float* attention_probs = nullptr;
+};
+
+class GPT {
+ public:
+  // A new model with nanoGPT's initialisation: weights N(0, 0.02), the residual projections
+  // (c_proj) N(0, 0.02/√(2·n_layer)), biases 0, norm weights 1; from a Generator seeded by `seed`.
+  GPT(const GPTConfig& config, uint64_t seed);
+  // A model with the weights of `source`: its config from the metadata entry "headlight.config",
+  // every tensor of the layout present with its shape, and no other tensor. Throws Error naming the
+  // tensor otherwise.
+  explicit GPT(const TensorSource& source);
+  GPT(const GPT&) = delete;
+  GPT& operator=(const GPT&) = delete;
+  GPT(GPT&&) noexcept;
+  GPT& operator=(GPT&&) noexcept;
+  ~GPT();
+
+  const GPTConfig& config() const { return config_; }
+  const ParameterLayout& layout() const { return layout_; }
+  float* params() { return params_.data(); }
+  const float* params() const { return params_.data(); }
+  float* grads() { return grads_.data(); }
+  const float* grads() const { return grads_.data(); }
+  // The parameter `name` (a view into the arena); throws naming it when absent.
+  float* param(const std::string& name) { return params_.data() + layout_.at(name).offset; }
+  float* grad(const std::string& name) { return grads_.data() + layout_.at(name).offset; }
+
+  // [n_layer, n_head] gates and their gradients (accumulated by forward_backward).
+  std::vector<float>& gates() { return gates_; }
+  const std::vector<float>& gates() const { return gates_; }
+  const std::vector<float>& gate_grads() const { return gate_grads_; }
+  // Zeroes the parameter and gate gradients.
+  void zero_grads();
+
+  // logits [B, T, vocab] for tokens [B, T] (1 ≤ T ≤ block_size); valid until the next call.
+  const float* forward(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
+                       const ForwardOptions& options = {});
+  // The forward, the mean cross-entropy against targets [B, T] (−1 ignores a position), and the
+  // backward: gradients are added into grads() and gate_grads(). Returns the loss.
+  double forward_backward(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets,
+                          int64_t batch, int64_t seq, const ForwardOptions& options = {});
+  // The mean cross-entropy alone (no gradients).
+  double loss(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets, int64_t batch,
+              int64_t seq, const ForwardOptions& options = {});
+
+  // Incremental decoding with a KV cache (batch of one). Keys and values of every layer are kept
+  // for up to block_size positions; decode() appends `count` tokens at the cache's end and returns
+  // the logits of the last one ([vocab], valid until the next call). reset_cache() empties it.
+  void reset_cache();
+  int64_t cache_length() const;
+  const float* decode(ThreadContext& ctx, const int32_t* tokens, int64_t count,
+                      attention::KernelChoice kernel = attention::KernelChoice::automatic);
+
+  struct State;  // activations, KV cache and tables (src/model/gpt_state.h)
+
+ private:
+  void check_tokens(const int32_t* tokens, int64_t batch, int64_t seq, int64_t offset) const;
+  void backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptions& options);
+  // The forward over tokens [B, T] at positions pos0…; with `cached`, keys and values go into the
+  // KV cache and attention reads the whole cache (batch of one).
+  const float* run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
+                   int64_t pos0, bool cached, const ForwardOptions& options);
+
+  GPTConfig config_;
+  ParameterLayout layout_;
+  std::vector<float> params_;
+  std::vector<float> grads_;
+  std::vector<float> gates_;
+  std::vector<float> gate_grads_;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace headlight::model

@@ -1,0 +1,74 @@
+// The per-row layers of a transformer block besides attention and the products: layer and RMS
+// normalisation, the tanh-form GELU, token/position embeddings and the cross-entropy loss, each
+// with its backward beside it (llm.c style). Plain row-major float32 arrays with explicit sizes.
+//
+// Determinism: reductions over rows (the gradients of norm weights, of embeddings, the loss) are
+// summed in fixed chunks of rows in a fixed order, so results do not depend on the thread count.
+#pragma once
+
+#include <cstdint>
+
+#include "headlight/core/thread_context.h"
+
+namespace headlight::ops {
+
+enum class NormKind : uint8_t { layer_norm, rms_norm };
+
+// x[rows, cols] normalised per row:
+//   layer_norm: y = (x − mean) · rstd · weight + bias,  rstd = 1/√(var + eps) (biased variance)
+//   rms_norm:   y = x · rstd · weight,                 rstd = 1/√(mean(x²) + eps)
+// bias may be null (no bias); mean is unused (may be null) for rms_norm.
+struct NormShape {
+  NormKind kind = NormKind::layer_norm;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  float eps = 1e-5f;
+};
+
+// y[rows, cols]; saves mean[rows] (layer norm) and rstd[rows] for the backward.
+void norm_forward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
+                  const float* bias, float* y, float* mean, float* rstd);
+
+// dx[rows, cols] (+= when accumulate), dweight[cols] += , dbias[cols] += (null to skip).
+struct NormGrads {
+  float* dx = nullptr;
+  bool accumulate = false;
+  float* dweight = nullptr;
+  float* dbias = nullptr;
+};
+void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
+                   const float* mean, const float* rstd, const float* dy, const NormGrads& g);
+
+// GELU in GPT-2's tanh form: y = ½x(1 + tanh(√(2/π)(x + 0.044715x³))), over n elements.
+void gelu_forward(ThreadContext& ctx, int64_t n, const float* x, float* y);
+// dx = dy · gelu'(x) (overwrites dx; dx may alias dy).
+void gelu_backward(ThreadContext& ctx, int64_t n, const float* x, const float* dy, float* dx);
+
+// x[rows, dim] = wte[token[r], :] (+ pos[r % period, :] when pos is non-null: the positions of a
+// row are r mod `period`, i.e. rows are [batch, period]). Throws naming `tokens` on an id outside
+// [0, vocab).
+struct EmbeddingShape {
+  int64_t rows = 0;
+  int64_t dim = 0;
+  int64_t vocab = 0;
+  int64_t period = 0;  // sequence length T of the [batch, T] token rows
+};
+void embedding_forward(ThreadContext& ctx, const EmbeddingShape& s, const int32_t* tokens,
+                       const float* wte, const float* pos, float* x);
+// dwte[vocab, dim] += Σ rows with that token of dx; dpos[period, dim] += Σ over the batch (null
+// to skip). Deterministic (rows in order).
+void embedding_backward(ThreadContext& ctx, const EmbeddingShape& s, const int32_t* tokens,
+                        const float* dx, float* dwte, float* dpos);
+
+// The mean cross-entropy of softmax(logits[r, :]) against targets[r] over the rows whose target
+// is ≥ 0 (a target of −1 is ignored, as PyTorch's ignore_index). With dlogits non-null it also
+// writes the gradient of that mean (rows with an ignored target get 0; all zero when no row
+// counts, and the loss is then 0). Throws naming `targets` on an id ≥ vocab or < −1.
+struct CrossEntropyShape {
+  int64_t rows = 0;
+  int64_t vocab = 0;
+};
+double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float* logits,
+                     const int32_t* targets, float* dlogits);
+
+}  // namespace headlight::ops

@@ -1,0 +1,291 @@
+// Python bindings of the GPT engine: headlight.GPT, headlight.Tokenizer, headlight.AdamW and the
+// learning-rate schedule. Thin: argument conversion and the GIL; the logic is in C++.
+
+#include "gpt_bindings.h"
+
+#include <pybind11/functional.h>
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+#include <memory>
+
+#include "headlight/core/error.h"
+#include "headlight/model/sampling.h"
+#include "headlight/train/checkpoint.h"
+#include "headlight/train/optimizer.h"
+
+namespace headlight::python {
+
+namespace py = pybind11;
+
+namespace {
+
+struct PyGPT {
+  std::unique_ptr<model::GPT> model;
+  std::optional<model::Tokenizer> tokenizer;  // none: the model works on token ids only
+  ThreadContext ctx;
+  PyGPT(std::unique_ptr<model::GPT> m, std::optional<model::Tokenizer> t, int threads)
+      : model(std::move(m)), tokenizer(std::move(t)), ctx(threads) {}
+};
+
+// tokens as a C-contiguous int32 array of 1 or 2 dims → [B, T]; `what` names it in errors.
+py::array_t<int32_t, py::array::c_style | py::array::forcecast> token_array(const py::handle& obj,
+                                                                          const char* what,
+                                                                          int64_t& batch,
+                                                                          int64_t& seq) {
+  py::array raw = py::array::ensure(obj);
+  if (!raw) throw Error(fmt::format("{}: expected an integer array", what));
+  if (raw.dtype().kind() != 'i' && raw.dtype().kind() != 'u')
+    throw Error(fmt::format("{}: expected an integer array, got dtype {}", what,
+                            std::string(py::str(raw.dtype()))));
+  auto arr = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(raw);
+  if (arr.ndim() == 1) {
+    batch = 1;
+    seq = arr.shape(0);
+  } else if (arr.ndim() == 2) {
+    batch = arr.shape(0);
+    seq = arr.shape(1);
+  } else {
+    std::vector<int64_t> shape(arr.shape(), arr.shape() + arr.ndim());
+    throw Error(fmt::format("{}: expected [batch, seq] or [seq], got shape {}", what,
+                            shape_string(shape)));
+  }
+  return arr;
+}
+
+py::array_t<float> copy_out(const float* data, std::vector<int64_t> shape) {
+  py::array_t<float> out(shape);
+  std::memcpy(out.mutable_data(), data, sizeof(float) * static_cast<size_t>(out.size()));
+  return out;
+}
+
+py::dict config_dict(const model::GPTConfig& c) {
+  return py::module_::import("json").attr("loads")(model::to_json(c));
+}
+
+model::GPTConfig config_from(const py::dict& d) {
+  const std::string text = py::str(py::module_::import("json").attr("dumps")(d));
+  return model::config_from_json(text);
+}
+
+py::dict state_dict(const model::GPT& m, const float* base) {
+  py::dict out;
+  for (const auto& e : m.layout().entries())
+    out[py::str(e.name)] = copy_out(base + e.offset, e.shape);
+  return out;
+}
+
+}  // namespace
+
+void bind_gpt(py::module_& m) {
+  py::class_<model::Tokenizer>(m, "Tokenizer")
+      .def_static("byte_level", &model::Tokenizer::byte_level)
+      .def_static(
+          "train_bpe",
+          [](const py::object& text, int64_t vocab) {
+            const std::string s = py::isinstance<py::bytes>(text) ? std::string(py::bytes(text))
+                                                                  : std::string(py::str(text));
+            return model::Tokenizer::train_bpe(s, vocab);
+          },
+          py::arg("text"), py::arg("vocab_size"))
+      .def_property_readonly("vocab_size", &model::Tokenizer::vocab_size)
+      .def_property_readonly("is_bpe", &model::Tokenizer::is_bpe)
+      .def(
+          "encode",
+          [](const model::Tokenizer& t, const py::object& text) {
+            const std::string s = py::isinstance<py::bytes>(text) ? std::string(py::bytes(text))
+                                                                  : std::string(py::str(text));
+            return t.encode(s);
+          },
+          py::arg("text"))
+      .def(
+          "decode_bytes",
+          [](const model::Tokenizer& t, const std::vector<int32_t>& ids) {
+            return py::bytes(t.decode(ids));
+          },
+          py::arg("tokens"))
+      .def(
+          "decode",
+          [](const model::Tokenizer& t, const std::vector<int32_t>& ids) {
+            const std::string s = t.decode(ids);
+            return py::bytes(s).attr("decode")("utf-8", "replace");
+          },
+          py::arg("tokens"));
+
+  py::class_<PyGPT>(m, "GPT")
+      .def(py::init([](const py::dict& config, uint64_t seed, int threads) {
+             auto gpt = std::make_unique<model::GPT>(config_from(config), seed);
+             std::optional<model::Tokenizer> tok;
+             if (gpt->config().vocab_size >= 256) tok = model::Tokenizer::byte_level();
+             return std::make_unique<PyGPT>(std::move(gpt), std::move(tok), threads);
+           }),
+           py::arg("config"), py::arg("seed") = 0, py::kw_only(), py::arg("threads") = 0)
+      .def_static(
+          "load",
+          [](const std::string& path, int threads) {
+            train::LoadedModel loaded = train::load_model(path);
+            return std::make_unique<PyGPT>(
+                std::make_unique<model::GPT>(std::move(loaded.model)), std::move(loaded.tokenizer),
+                threads);
+          },
+          py::arg("path"), py::kw_only(), py::arg("threads") = 0)
+      .def("save",
+           [](PyGPT& self, const std::string& path) {
+             train::save_model(path, *self.model, self.tokenizer ? &*self.tokenizer : nullptr);
+           },
+           py::arg("path"))
+      .def_property_readonly("config", [](const PyGPT& self) { return config_dict(self.model->config()); })
+      .def_property(
+          "tokenizer", [](const PyGPT& self) { return self.tokenizer; },
+          [](PyGPT& self, const std::optional<model::Tokenizer>& t) {
+            check(!t || t->vocab_size() <= self.model->config().vocab_size,
+                  "tokenizer: {} tokens do not fit the model's vocab_size {}",
+                  t ? t->vocab_size() : 0, self.model->config().vocab_size);
+            self.tokenizer = t;
+          })
+      .def(
+          "forward",
+          [](PyGPT& self, const py::object& tokens) {
+            int64_t b, t;
+            auto arr = token_array(tokens, "tokens", b, t);
+            const float* logits;
+            {
+              py::gil_scoped_release release;
+              logits = self.model->forward(self.ctx, arr.data(), b, t);
+            }
+            return copy_out(logits, {b, t, self.model->config().vocab_size});
+          },
+          py::arg("tokens"))
+      .def(
+          "loss_and_grads",
+          [](PyGPT& self, const py::object& tokens, const py::object& targets) {
+            int64_t b, t, b2, t2;
+            auto x = token_array(tokens, "tokens", b, t);
+            auto y = token_array(targets, "targets", b2, t2);
+            check(b == b2 && t == t2, "targets: shape [{}, {}] differs from tokens [{}, {}]", b2,
+                  t2, b, t);
+            double loss;
+            {
+              py::gil_scoped_release release;
+              self.model->zero_grads();
+              loss = self.model->forward_backward(self.ctx, x.data(), y.data(), b, t);
+            }
+            return py::make_tuple(loss, state_dict(*self.model, self.model->grads()));
+          },
+          py::arg("tokens"), py::arg("targets"))
+      .def(
+          "loss",
+          [](PyGPT& self, const py::object& tokens, const py::object& targets) {
+            int64_t b, t, b2, t2;
+            auto x = token_array(tokens, "tokens", b, t);
+            auto y = token_array(targets, "targets", b2, t2);
+            check(b == b2 && t == t2, "targets: shape [{}, {}] differs from tokens [{}, {}]", b2,
+                  t2, b, t);
+            py::gil_scoped_release release;
+            return self.model->loss(self.ctx, x.data(), y.data(), b, t);
+          },
+          py::arg("tokens"), py::arg("targets"))
+      .def(
+          "attention",
+          [](PyGPT& self, const py::object& tokens) {
+            int64_t b, t;
+            auto arr = token_array(tokens, "tokens", b, t);
+            check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
+            const auto& c = self.model->config();
+            py::array_t<float> probs({c.n_layer, c.n_head, t, t});
+            model::ForwardOptions o;
+            o.attention_probs = probs.mutable_data();
+            {
+              py::gil_scoped_release release;
+              self.model->forward(self.ctx, arr.data(), b, t, o);
+            }
+            return probs;
+          },
+          py::arg("tokens"))
+      .def(
+          "generate",
+          [](PyGPT& self, const py::object& tokens, int64_t max_new_tokens, float temperature,
+             std::optional<int64_t> top_k, std::optional<float> top_p, uint64_t seed) {
+            int64_t b, t;
+            auto arr = token_array(tokens, "tokens", b, t);
+            check(b == 1, "tokens: generate() takes one sequence, got a batch of {}", b);
+            model::SamplingOptions o{temperature, top_k.value_or(0), top_p.value_or(1.0f), seed};
+            std::vector<int32_t> out;
+            {
+              py::gil_scoped_release release;
+              out = model::generate(self.ctx, *self.model, {arr.data(), static_cast<size_t>(t)},
+                                    max_new_tokens, o);
+            }
+            return out;
+          },
+          py::arg("tokens"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f,
+          py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("seed") = 0)
+      .def("state_dict", [](const PyGPT& self) { return state_dict(*self.model, self.model->params()); })
+      .def(
+          "load_state_dict",
+          [](PyGPT& self, const py::dict& d) {
+            const auto& layout = self.model->layout();
+            for (const auto& e : layout.entries())
+              check(d.contains(e.name), "state_dict: missing \"{}\"", e.name);
+            for (const auto& [key, value] : d) {
+              const std::string name = py::str(key);
+              const auto* e = layout.find(name);
+              check(e != nullptr, "state_dict: unexpected \"{}\"", name);
+              auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(value);
+              std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+              check(shape == e->shape, "state_dict: \"{}\" has shape {}, expected {}", name,
+                    shape_string(shape), shape_string(e->shape));
+              std::memcpy(self.model->params() + e->offset, a.data(),
+                          sizeof(float) * static_cast<size_t>(e->numel));
+            }
+          },
+          py::arg("state_dict"))
+      .def_property(
+          "gates",
+          [](const PyGPT& self) {
+            const auto& c = self.model->config();
+            return copy_out(self.model->gates().data(), {c.n_layer, c.n_head});
+          },
+          [](PyGPT& self, const py::object& g) {
+            const auto& c = self.model->config();
+            auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(g);
+            check(a && a.size() == c.n_layer * c.n_head, "gates: expected [{}, {}] values",
+                  c.n_layer, c.n_head);
+            std::memcpy(self.model->gates().data(), a.data(), sizeof(float) * static_cast<size_t>(a.size()));
+          })
+      .def_property_readonly("gate_grads", [](const PyGPT& self) {
+        const auto& c = self.model->config();
+        return copy_out(self.model->gate_grads().data(), {c.n_layer, c.n_head});
+      })
+      .def(
+          "clip_grad_norm",
+          [](PyGPT& self, double max_norm) {
+            return train::clip_grad_norm(self.model->grads(), self.model->layout().total(), max_norm);
+          },
+          py::arg("max_norm"));
+
+  py::class_<train::AdamW>(m, "AdamW")
+      .def(py::init([](PyGPT& model, std::pair<float, float> betas, float eps, float weight_decay) {
+             return std::make_unique<train::AdamW>(
+                 model.model->layout(), train::AdamWConfig{betas.first, betas.second, eps, weight_decay});
+           }),
+           py::arg("model"), py::kw_only(), py::arg("betas") = std::make_pair(0.9f, 0.95f),
+           py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.1f)
+      .def(
+          "step",
+          [](train::AdamW& opt, PyGPT& model, float lr) {
+            opt.step(model.model->params(), model.model->grads(), lr);
+          },
+          py::arg("model"), py::arg("lr"))
+      .def_property_readonly("steps", &train::AdamW::steps);
+
+  m.def(
+      "lr_at",
+      [](int64_t step, float lr, float min_lr, int64_t warmup, int64_t total) {
+        return train::LrSchedule{lr, min_lr, warmup, total}.at(step);
+      },
+      py::arg("step"), py::arg("lr"), py::arg("min_lr"), py::arg("warmup"), py::arg("total"));
+}
+
+}  // namespace headlight::python

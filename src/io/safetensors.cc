@@ -1,0 +1,333 @@
+// safetensors: validation, memory-mapped reading and atomic writing (see the header).
+
+#include "headlight/io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "headlight/core/error.h"
+
+namespace headlight::io {
+
+namespace {
+
+constexpr uint64_t kMaxHeader = 100'000'000;  // 100 MB, as the format's specification limits it
+
+// Whether bytes form valid UTF-8 (no overlong forms, no surrogates, ≤ U+10FFFF).
+bool valid_utf8(std::span<const uint8_t> s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    const uint8_t c = s[i];
+    size_t len;
+    uint32_t cp;
+    if (c < 0x80) {
+      ++i;
+      continue;
+    } else if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((s[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (s[i + k] & 0x3F);
+    }
+    if ((len == 2 && cp < 0x80) || (len == 3 && cp < 0x800) || (len == 4 && cp < 0x10000) ||
+        cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+      return false;
+    i += len;
+  }
+  return true;
+}
+
+uint64_t dtype_bytes(const std::string& dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "F16" || dtype == "BF16") return 2;
+  return 0;
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      uint32_t m = man;
+      do {
+        ++e;
+        m <<= 1;
+      } while ((m & 0x400) == 0);
+      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((m & 0x3FF) << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7F800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+}  // namespace
+
+SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::string& what) {
+  check(file.size() >= 8, "{}: truncated: {} bytes, fewer than the 8 of the header length", what,
+        file.size());
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | file[static_cast<size_t>(i)];
+  check(n <= kMaxHeader, "{}: header length {} exceeds the 100 MB limit", what, n);
+  check(n <= file.size() - 8, "{}: header length {} is past the end of the file ({} bytes)", what,
+        n, file.size());
+  const auto header = file.subspan(8, static_cast<size_t>(n));
+  check(valid_utf8(header), "{}: the header is not valid UTF-8", what);
+  // Duplicate names at the top level are caught while parsing (a JSON object keeps only one).
+  std::set<std::string> keys;
+  std::string duplicate;
+  auto on_event = [&](int depth, nlohmann::ordered_json::parse_event_t event,
+                      nlohmann::ordered_json& parsed) {
+    if (depth == 1 && event == nlohmann::ordered_json::parse_event_t::key && parsed.is_string()) {
+      const std::string key = parsed.get<std::string>();
+      if (!keys.insert(key).second && duplicate.empty()) duplicate = key;
+    }
+    return true;
+  };
+  nlohmann::ordered_json j;
+  try {
+    j = nlohmann::ordered_json::parse(header.begin(), header.end(), on_event);
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: the header is not valid JSON ({})", what, e.what());
+  }
+  check(duplicate.empty(), "{}: duplicate tensor name \"{}\" in the header", what, duplicate);
+  check(j.is_object(), "{}: the header must be a JSON object, got {}", what, j.type_name());
+
+  SafetensorsIndex index;
+  index.data_start = 8 + n;
+  const uint64_t data_size = file.size() - index.data_start;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      check(v.is_object(), "{}: __metadata__ must be an object of strings", what);
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        check(m.value().is_string(), "{}: __metadata__ entry \"{}\" is not a string", what,
+              m.key());
+        index.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    check(v.is_object(), "{}: tensor \"{}\": expected an object with dtype, shape, data_offsets",
+          what, name);
+    check(v.contains("dtype") && v["dtype"].is_string(), "{}: tensor \"{}\": missing dtype", what,
+          name);
+    SafetensorsEntry e;
+    e.name = name;
+    e.dtype = v["dtype"].get<std::string>();
+    const uint64_t size = dtype_bytes(e.dtype);
+    check(size > 0, "{}: tensor \"{}\": unknown dtype \"{}\" (F32, F16 or BF16)", what, name,
+          e.dtype);
+    check(v.contains("shape") && v["shape"].is_array(), "{}: tensor \"{}\": missing shape", what,
+          name);
+    uint64_t bytes = size;
+    for (const auto& d : v["shape"]) {
+      check(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
+            "{}: tensor \"{}\": shape entries must be non-negative integers", what, name);
+      const uint64_t extent = d.get<uint64_t>();
+      check(extent <= static_cast<uint64_t>(INT64_MAX), "{}: tensor \"{}\": shape overflows", what,
+            name);
+      e.shape.push_back(static_cast<int64_t>(extent));
+      check(extent == 0 || bytes <= UINT64_MAX / extent,
+            "{}: tensor \"{}\": shape {} × {} bytes overflows", what, name, v["shape"].dump(),
+            size);
+      bytes *= extent;
+    }
+    check(v.contains("data_offsets") && v["data_offsets"].is_array() &&
+              v["data_offsets"].size() == 2 && v["data_offsets"][0].is_number_unsigned() &&
+              v["data_offsets"][1].is_number_unsigned(),
+          "{}: tensor \"{}\": data_offsets must be two non-negative integers", what, name);
+    e.begin = v["data_offsets"][0].get<uint64_t>();
+    e.end = v["data_offsets"][1].get<uint64_t>();
+    check(e.begin <= e.end, "{}: tensor \"{}\": data_offsets [{}, {}] end before they begin", what,
+          name, e.begin, e.end);
+    check(e.end - e.begin == bytes,
+          "{}: tensor \"{}\": data_offsets span {} bytes, shape {} of {} needs {}", what, name,
+          e.end - e.begin, shape_string(e.shape), e.dtype, bytes);
+    check(e.end <= data_size, "{}: tensor \"{}\": data_offsets end {} is past the end of the data ({} bytes)",
+          what, name, e.end, data_size);
+    if (!index.tensors.empty()) {
+      const SafetensorsEntry& prev = index.tensors.back();
+      check(e.begin >= prev.begin, "{}: tensor \"{}\": data_offsets out of order (begins at {}, before \"{}\" at {})",
+            what, name, e.begin, prev.name, prev.begin);
+      check(e.begin >= prev.end, "{}: tensor \"{}\": data_offsets [{}, {}] overlap \"{}\" [{}, {}]",
+            what, name, e.begin, e.end, prev.name, prev.begin, prev.end);
+      check(e.begin == prev.end, "{}: tensor \"{}\": a gap of {} bytes before its data", what, name,
+            e.begin - prev.end);
+    } else {
+      check(e.begin == 0, "{}: tensor \"{}\": a gap of {} bytes at the start of the data", what,
+            name, e.begin);
+    }
+    index.tensors.push_back(std::move(e));
+  }
+  const uint64_t used = index.tensors.empty() ? 0 : index.tensors.back().end;
+  check(used == data_size, "{}: {} trailing bytes after the last tensor's data", what,
+        data_size - used);
+  return index;
+}
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  check(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail("{}: not a regular file", path);
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    ::close(fd);
+    check(m != MAP_FAILED, "{}: cannot map ({})", path, std::strerror(errno));
+    map_ = static_cast<const uint8_t*>(m);
+  } else {
+    ::close(fd);
+  }
+  try {
+    index_ = parse_safetensors({map_, size_}, path);
+  } catch (...) {
+    if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+  std::vector<std::string> out;
+  for (const auto& e : index_.tensors) out.push_back(e.name);
+  return out;
+}
+
+bool SafetensorsFile::contains(const std::string& name) const {
+  for (const auto& e : index_.tensors)
+    if (e.name == name) return true;
+  return false;
+}
+
+const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
+  for (const auto& e : index_.tensors)
+    if (e.name == name) return e;
+  fail("{}: no tensor named \"{}\"", path_, name);
+}
+
+Shape SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
+
+void SafetensorsFile::read_f32(const std::string& name, float* dst) const {
+  const SafetensorsEntry& e = entry(name);
+  const uint8_t* src = map_ + index_.data_start + e.begin;
+  const size_t bytes = static_cast<size_t>(e.end - e.begin);
+  if (e.dtype == "F32") {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return;
+  }
+  const size_t n = bytes / 2;
+  for (size_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    if (e.dtype == "BF16") {
+      const uint32_t bits = static_cast<uint32_t>(h) << 16;
+      std::memcpy(dst + i, &bits, 4);
+    } else {
+      dst[i] = half_to_float(h);
+    }
+  }
+}
+
+std::optional<std::string> SafetensorsFile::metadata(const std::string& key) const {
+  const auto it = index_.metadata.find(key);
+  if (it == index_.metadata.end()) return std::nullopt;
+  return it->second;
+}
+
+void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) {
+    nlohmann::ordered_json m = nlohmann::ordered_json::object();
+    for (const auto& [k, v] : metadata) m[k] = v;
+    header["__metadata__"] = m;
+  }
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const TensorToWrite& t : tensors) {
+    check(names.insert(t.name).second, "{}: duplicate tensor name \"{}\"", path, t.name);
+    check(t.name != "__metadata__", "{}: \"__metadata__\" cannot name a tensor", path);
+    const uint64_t bytes = static_cast<uint64_t>(checked_numel(t.shape, t.name)) * 4;
+    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
+  const std::filesystem::path target(path);
+  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());
+  check(fd >= 0, "{}: cannot create a temporary file in {} ({})", path, dir.string(),
+        std::strerror(errno));
+  auto write_all = [&](const void* data, size_t bytes) {
+    const char* p = static_cast<const char*>(data);
+    while (bytes > 0) {
+      const ssize_t w = ::write(fd, p, bytes);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w;
+      bytes -= static_cast<size_t>(w);
+    }
+    return true;
+  };
+  uint8_t len[8];
+  const uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
+  bool ok = write_all(len, 8) && write_all(text.data(), text.size());
+  for (const TensorToWrite& t : tensors) {
+    if (!ok) break;
+    ok = write_all(t.data, static_cast<size_t>(checked_numel(t.shape, t.name)) * 4);
+  }
+  const int saved_errno = errno;
+  ok = ok && ::fsync(fd) == 0;
+  ok = (::close(fd) == 0) && ok;
+  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int err = ok ? errno : saved_errno;
+    ::unlink(tmp.c_str());
+    fail("{}: writing failed ({}); nothing was written", path, std::strerror(err));
+  }
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace headlight::io

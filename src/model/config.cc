@@ -1,0 +1,124 @@
+// GPTConfig validation and its JSON form.
+
+#include "headlight/model/config.h"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "headlight/core/error.h"
+
+namespace headlight::model {
+
+const char* positional_name(Positional p) {
+  switch (p) {
+    case Positional::learned: return "learned";
+    case Positional::sinusoidal: return "sinusoidal";
+    case Positional::rope: return "rope";
+    case Positional::alibi: return "alibi";
+    case Positional::none: return "none";
+  }
+  return "?";
+}
+
+const char* norm_name(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
+
+Positional parse_positional(const std::string& name) {
+  for (Positional p : {Positional::learned, Positional::sinusoidal, Positional::rope,
+                       Positional::alibi, Positional::none})
+    if (name == positional_name(p)) return p;
+  fail("positional: expected learned, sinusoidal, rope, alibi or none, got \"{}\"", name);
+}
+
+Norm parse_norm(const std::string& name) {
+  if (name == "layernorm") return Norm::layernorm;
+  if (name == "rmsnorm") return Norm::rmsnorm;
+  fail("norm: expected layernorm or rmsnorm, got \"{}\"", name);
+}
+
+void validate(const GPTConfig& c) {
+  check(c.vocab_size > 0, "vocab_size: must be positive, got {}", c.vocab_size);
+  check(c.n_layer > 0, "n_layer: must be positive, got {}", c.n_layer);
+  check(c.n_head > 0, "n_head: must be positive, got {}", c.n_head);
+  check(c.n_embd > 0, "n_embd: must be positive, got {}", c.n_embd);
+  check(c.block_size > 0, "block_size: must be positive, got {}", c.block_size);
+  check(c.mlp_ratio > 0, "mlp_ratio: must be positive, got {}", c.mlp_ratio);
+  check(c.n_embd % c.n_head == 0, "n_embd: {} is not divisible by n_head {}", c.n_embd, c.n_head);
+  check(c.n_kv_head > 0 && c.n_head % c.n_kv_head == 0,
+        "n_kv_head: {} must be positive and divide n_head {}", c.n_kv_head, c.n_head);
+  check(c.positional != Positional::rope || c.head_dim() % 2 == 0,
+        "positional: rope needs an even head_dim, got n_embd {} / n_head {} = {}", c.n_embd,
+        c.n_head, c.head_dim());
+  check(c.positional != Positional::sinusoidal || c.n_embd % 2 == 0,
+        "positional: sinusoidal needs an even n_embd, got {}", c.n_embd);
+  check(c.dropout >= 0.0f && c.dropout < 1.0f, "dropout: must be in [0, 1), got {}", c.dropout);
+  check(std::isfinite(c.rope_base) && c.rope_base > 1.0f, "rope_base: must be > 1, got {}",
+        c.rope_base);
+  check(c.vocab_size < (int64_t{1} << 31), "vocab_size: {} does not fit 32-bit token ids",
+        c.vocab_size);
+}
+
+std::string to_json(const GPTConfig& c) {
+  nlohmann::ordered_json j;
+  j["vocab_size"] = c.vocab_size;
+  j["n_layer"] = c.n_layer;
+  j["n_head"] = c.n_head;
+  j["n_kv_head"] = c.n_kv_head;
+  j["n_embd"] = c.n_embd;
+  j["block_size"] = c.block_size;
+  j["positional"] = positional_name(c.positional);
+  j["norm"] = norm_name(c.norm);
+  j["norm_first"] = c.norm_first;
+  j["bias"] = c.bias;
+  j["causal"] = c.causal;
+  j["tied_embeddings"] = c.tied_embeddings;
+  j["dropout"] = c.dropout;
+  j["mlp_ratio"] = c.mlp_ratio;
+  j["rope_base"] = c.rope_base;
+  return j.dump();
+}
+
+GPTConfig config_from_json(const std::string& text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("headlight.config: not valid JSON ({})", e.what());
+  }
+  check(j.is_object(), "headlight.config: expected a JSON object, got {}", j.type_name());
+  GPTConfig c;
+  auto get = [&](const char* key, auto& field, bool required) {
+    if (!j.contains(key)) {
+      check(!required, "headlight.config: missing \"{}\"", key);
+      return;
+    }
+    try {
+      j.at(key).get_to(field);
+    } catch (const nlohmann::json::exception& e) {
+      fail("headlight.config: \"{}\" has the wrong type ({})", key, e.what());
+    }
+  };
+  get("vocab_size", c.vocab_size, true);
+  get("n_layer", c.n_layer, true);
+  get("n_head", c.n_head, true);
+  c.n_kv_head = c.n_head;
+  get("n_kv_head", c.n_kv_head, false);
+  get("n_embd", c.n_embd, true);
+  get("block_size", c.block_size, true);
+  std::string positional = positional_name(c.positional), norm = norm_name(c.norm);
+  get("positional", positional, false);
+  get("norm", norm, false);
+  c.positional = parse_positional(positional);
+  c.norm = parse_norm(norm);
+  get("norm_first", c.norm_first, false);
+  get("bias", c.bias, false);
+  get("causal", c.causal, false);
+  get("tied_embeddings", c.tied_embeddings, false);
+  get("dropout", c.dropout, false);
+  get("mlp_ratio", c.mlp_ratio, false);
+  get("rope_base", c.rope_base, false);
+  validate(c);
+  return c;
+}
+
+}  // namespace headlight::model

@@ -1,0 +1,151 @@
+// GPT backward: the forward's steps in reverse, each layer's gradient beside gpt_forward.cc's
+// forward. Parameter gradients are added (+=) into the gradient arena; activation gradients are
+// scratch buffers of the state.
+//
+// Per block (pre-norm), with dy the gradient of the block's output:
+//   dh = dy;  MLP: dgel = dy'·W_proj, dfc = gelu'(fc)·dgel, dh += ln_2ᵀ(dfc·W_fc)
+//   attention: dattg = dh'·W_o, datt = gate·dattg, dgate += Σ dattg·att, dqkv from the fused
+//   backward (RoPE undone on dq, dk), dx = dh + ln_1ᵀ(dqkv·W_qkv)
+// (dy' = dropout of dy with the forward's mask; ln_1ᵀ is the norm's backward.)
+
+#include <cstring>
+
+#include "headlight/ops/layers.h"
+#include "headlight/ops/matmul.h"
+#include "src/model/gpt_blocks.h"
+
+namespace headlight::model {
+
+using detail::Dims;
+
+namespace {
+
+float* maybe(float* base, int64_t offset) { return offset >= 0 ? base + offset : nullptr; }
+
+// Gradients of y = x·Wᵀ + b: dx overwritten (or added when accumulate_dx), dW and db added.
+void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
+                  const float* dy, float* dx, bool accumulate_dx, float* dw, float* db) {
+  if (dx) ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
+                               {dx, s.in_features, nullptr, nullptr, accumulate_dx});
+  ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
+                       {nullptr, 0, dw, db, true});
+}
+
+}  // namespace
+
+void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptions& options) {
+  State& s = *state_;
+  const GPTConfig& c = config_;
+  const Dims d = detail::dims(c, s.batch, s.seq);
+  const ModelOffsets off = model_offsets(c, layout_);
+  const float* P = params_.data();
+  float* G = grads_.data();
+  const bool drop = options.train && c.dropout > 0.0f;
+  const ops::NormKind nk =
+      c.norm == Norm::layernorm ? ops::NormKind::layer_norm : ops::NormKind::rms_norm;
+  const ops::NormShape ns{nk, d.rows, d.C};
+  const int64_t n = d.rows * d.C;
+
+  float* dx = s.dx.get(n);      // gradient of the residual stream at the current point
+  float* dres = s.dres.get(n);  // gradient of a residual branch's output
+  float* da = s.da.get(n);
+  float* dfc = s.dfc.get(d.rows * d.F);
+  float* datt = s.datt.get(d.rows * d.H * d.hd);
+  float* dqkv = s.dqkv.get(d.rows * d.W);
+
+  // Logits and the final norm.
+  const float* final_in = c.norm_first ? s.lnf.ptr() : s.x[static_cast<size_t>(c.n_layer)].ptr();
+  float* dfinal = c.norm_first ? da : dx;
+  linear_grads(ctx, {d.rows, d.C, d.V}, final_in, P + off.lm_head, s.dlogits.ptr(), dfinal, false,
+               G + off.lm_head, nullptr);
+  if (c.norm_first)
+    ops::norm_backward(ctx, ns, s.x[static_cast<size_t>(c.n_layer)].ptr(), P + off.lnf_w,
+                       s.lnf_mean.ptr(), s.lnf_rstd.ptr(), da,
+                       {dx, false, G + off.lnf_w, maybe(G, off.lnf_b)});
+
+  for (int64_t l = c.n_layer - 1; l >= 0; --l) {
+    BlockActivations& a = s.blocks[static_cast<size_t>(l)];
+    const BlockOffsets& o = off.blocks[static_cast<size_t>(l)];
+    const float* x = s.x[static_cast<size_t>(l)].ptr();
+    const uint64_t stream = 1 + 2 * static_cast<uint64_t>(l);
+
+    // MLP branch. After it, dx holds the gradient at h (pre-norm: the residual after attention;
+    // post-norm: the sum x + attn(x) before ln_1).
+    const float* m_in = c.norm_first ? a.ln2.ptr() : a.ln1.ptr();
+    if (!c.norm_first) {
+      // out = ln_2(h2), h2 = m_in + branch: dres = ln_2ᵀ(dx) is the gradient at h2.
+      ops::norm_backward(ctx, ns, a.h2.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), dx,
+                         {dres, false, G + o.ln2_w, maybe(G, o.ln2_b)});
+      std::memcpy(dx, dres, sizeof(float) * static_cast<size_t>(n));  // gradient at m_in so far
+    } else {
+      std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
+    }
+    if (drop) detail::dropout(dres, n, c.dropout, options.seed, stream + 1);
+    // dfc = gelu'(fc) ⊙ (dres · W_proj)
+    linear_grads(ctx, {d.rows, d.F, d.C}, a.gel.ptr(), P + o.fc_proj_w, dres, dfc, false,
+                 G + o.fc_proj_w, maybe(G, o.fc_proj_b));
+    ops::gelu_backward(ctx, d.rows * d.F, a.fc.ptr(), dfc, dfc);
+    // Gradient at m_in: da = dfc · W_fc.
+    linear_grads(ctx, {d.rows, d.C, d.F}, m_in, P + o.fc_w, dfc, da, false, G + o.fc_w,
+                 maybe(G, o.fc_b));
+    if (c.norm_first) {
+      ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), da,
+                         {dx, true, G + o.ln2_w, maybe(G, o.ln2_b)});
+    } else {
+      for (int64_t i = 0; i < n; ++i) da[i] += dx[i];  // m_in = ln_1(h) feeds both paths
+      ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln1_w, a.ln1_mean.ptr(), a.ln1_rstd.ptr(), da,
+                         {dx, false, G + o.ln1_w, maybe(G, o.ln1_b)});
+    }
+
+    // Attention branch: h = x + branch.
+    std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
+    if (drop) detail::dropout(dres, n, c.dropout, options.seed, stream);
+    float* dattg = datt;
+    linear_grads(ctx, {d.rows, d.H * d.hd, d.C}, a.attg.ptr(), P + o.proj_w, dres, dattg, false,
+                 G + o.proj_w, maybe(G, o.proj_b));
+    // Gates: dgate_h = Σ dattg_h · att_h; datt_h = gate_h · dattg_h.
+    const float* gates = gates_.data() + l * d.H;
+    float* dgates = gate_grads_.data() + l * d.H;
+    const float* att = a.att.ptr();
+    for (int64_t h = 0; h < d.H; ++h) {
+      double sum = 0.0;
+      for (int64_t r = 0; r < d.rows; ++r) {
+        float* g = dattg + r * d.H * d.hd + h * d.hd;
+        const float* v = att + r * d.H * d.hd + h * d.hd;
+        for (int64_t j = 0; j < d.hd; ++j) {
+          sum += static_cast<double>(g[j]) * v[j];
+          g[j] *= gates[h];
+        }
+      }
+      dgates[h] += static_cast<float>(sum);
+    }
+    attention::AttentionParams p = detail::attention_params(c, d, a.qkv.ptr(), a.att.ptr(),
+                                                            a.lse.ptr(), s.alibi.data());
+    if (drop) {
+      p.options.dropout_p = c.dropout;
+      p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l);
+    }
+    detail::set_attention_grads(d, datt, dqkv, p);
+    attention::backward(ctx, p, options.kernel);
+    if (c.positional == Positional::rope) {
+      apply_rope(s.rope, {d.rows, d.T, 0, d.W, d.H, true}, dqkv);
+      apply_rope(s.rope, {d.rows, d.T, 0, d.W, d.G, true}, dqkv + d.H * d.hd);
+    }
+    const float* a_in = c.norm_first ? a.ln1.ptr() : x;
+    if (c.norm_first) {
+      linear_grads(ctx, {d.rows, d.C, d.W}, a_in, P + o.attn_w, dqkv, da, false, G + o.attn_w,
+                   maybe(G, o.attn_b));
+      ops::norm_backward(ctx, ns, x, P + o.ln1_w, a.ln1_mean.ptr(), a.ln1_rstd.ptr(), da,
+                         {dx, true, G + o.ln1_w, maybe(G, o.ln1_b)});
+    } else {
+      linear_grads(ctx, {d.rows, d.C, d.W}, a_in, P + o.attn_w, dqkv, dx, true, G + o.attn_w,
+                   maybe(G, o.attn_b));
+    }
+  }
+
+  if (drop) detail::dropout(dx, n, c.dropout, options.seed, 0);
+  ops::embedding_backward(ctx, {d.rows, d.C, d.V, d.T}, tokens, dx, G + off.wte,
+                          c.positional == Positional::learned ? G + off.wpe : nullptr);
+}
+
+}  // namespace headlight::model

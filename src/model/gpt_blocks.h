@@ -1,0 +1,46 @@
+// Helpers shared by the GPT's forward, backward and decoding: sizes, attention operands over the
+// packed c_attn rows, dropout and the positional tables.
+#pragma once
+
+#include <cstdint>
+
+#include "headlight/attention/params.h"
+#include "headlight/model/config.h"
+#include "src/model/gpt_state.h"
+
+namespace headlight::model::detail {
+
+struct Dims {
+  int64_t B, T, rows, C, H, G, hd, W, F, V;
+};
+inline Dims dims(const GPTConfig& c, int64_t batch, int64_t seq) {
+  return {batch,       seq,           batch * seq,   c.n_embd,      c.n_head,
+          c.n_kv_head, c.head_dim(), c.qkv_width(), c.mlp_width(), c.vocab_size};
+}
+
+// Attention over the packed rows qkv [B, T, (H + 2G)·hd] into att [B, T, H·hd] with lse [B, H, T]:
+// the operands are strided views, no copies. Causality, ALiBi and dropout from the config.
+attention::AttentionParams attention_params(const GPTConfig& c, const Dims& d, float* qkv,
+                                            float* att, float* lse, const float* alibi);
+// Points dout/dq/dk/dv of p at datt [rows, H·hd] and dqkv [rows, (H + 2G)·hd].
+void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::AttentionParams& p);
+
+// x[i] ← keep_i ? x[i] / (1 − p) : 0 with keep_i = U(seed, stream, i) ≥ p. The backward of
+// dropout is the same call on the gradient.
+void dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream);
+
+// The seed of layer l's attention-probability dropout for a step seed.
+uint64_t attention_dropout_seed(uint64_t seed, int64_t layer);
+
+// Appends the keys and values of qkv (one sequence of d.T rows at positions pos0…) to a layer's
+// cache [G, block_size, hd] and points p's keys and values at the cache (bottom-right aligned).
+void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, Buffer& k,
+               Buffer& v, attention::AttentionParams& p);
+
+// Fills the sinusoidal, rotary and ALiBi tables of the state once.
+void ensure_tables(const GPTConfig& c, GPT::State& s);
+
+// out[rows, H·hd] = att ⊙ gate per head (gates [H] of one layer).
+void apply_gates(const Dims& d, const float* att, const float* gates, float* out);
+
+}  // namespace headlight::model::detail

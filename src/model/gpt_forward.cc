@@ -1,0 +1,241 @@
+// GPT forward: embeddings, blocks (attention through the fused kernels, MLP), final norm, logits.
+// See headlight/model/gpt.h for the block equations.
+
+#include <cmath>
+#include <cstring>
+
+#include "headlight/core/rng.h"
+#include "headlight/ops/layers.h"
+#include "headlight/ops/matmul.h"
+#include "src/model/gpt_blocks.h"
+
+namespace headlight::model {
+
+namespace detail {
+
+attention::AttentionParams attention_params(const GPTConfig& c, const Dims& d, float* qkv,
+                                            float* att, float* lse, const float* alibi) {
+  attention::AttentionParams p;
+  p.shape = {d.B, d.H, d.G, d.T, d.T, d.hd, d.hd};
+  p.options.causal = c.causal;
+  p.options.alibi_slopes = c.positional == Positional::alibi ? alibi : nullptr;
+  p.q = {qkv, d.T * d.W, d.hd, d.W};
+  p.k = {qkv + d.H * d.hd, d.T * d.W, d.hd, d.W};
+  p.v = {qkv + (d.H + d.G) * d.hd, d.T * d.W, d.hd, d.W};
+  p.out = {att, d.T * d.H * d.hd, d.hd, d.H * d.hd};
+  p.lse = lse;
+  return p;
+}
+
+void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::AttentionParams& p) {
+  p.dout = {datt, d.T * d.H * d.hd, d.hd, d.H * d.hd};
+  p.dq = {dqkv, d.T * d.W, d.hd, d.W};
+  p.dk = {dqkv + d.H * d.hd, d.T * d.W, d.hd, d.W};
+  p.dv = {dqkv + (d.H + d.G) * d.hd, d.T * d.W, d.hd, d.W};
+}
+
+void dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
+  const CounterRng rng(seed, stream);
+  const float keep_scale = 1.0f / (1.0f - p);
+  for (int64_t i = 0; i < n; ++i) x[i] = rng.uniform(static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+}
+
+uint64_t attention_dropout_seed(uint64_t seed, int64_t layer) {
+  return philox4x32(seed, 0xA77E, static_cast<uint64_t>(layer))[0] |
+         (static_cast<uint64_t>(philox4x32(seed, 0xA77E, static_cast<uint64_t>(layer))[1]) << 32);
+}
+
+void ensure_tables(const GPTConfig& c, GPT::State& s) {
+  if (c.positional == Positional::sinusoidal && s.sinusoidal.empty())
+    s.sinusoidal = sinusoidal_table(c.block_size, c.n_embd);
+  if (c.positional == Positional::rope && s.rope.cos.empty())
+    s.rope = rope_table(c.block_size, c.head_dim(), c.rope_base);
+  if (c.positional == Positional::alibi && s.alibi.empty()) s.alibi = alibi_slopes(c.n_head);
+}
+
+void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, Buffer& k,
+               Buffer& v, attention::AttentionParams& p) {
+  const int64_t block = c.block_size;
+  float* kc = k.get(d.G * block * d.hd);
+  float* vc = v.get(d.G * block * d.hd);
+  for (int64_t r = 0; r < d.T; ++r)
+    for (int64_t g = 0; g < d.G; ++g) {
+      std::memcpy(kc + (g * block + pos0 + r) * d.hd, qkv + r * d.W + (d.H + g) * d.hd,
+                  sizeof(float) * static_cast<size_t>(d.hd));
+      std::memcpy(vc + (g * block + pos0 + r) * d.hd, qkv + r * d.W + (d.H + d.G + g) * d.hd,
+                  sizeof(float) * static_cast<size_t>(d.hd));
+    }
+  p.shape.len_kv = pos0 + d.T;
+  p.options.alignment = attention::Alignment::bottom_right;
+  p.k = {kc, 0, block * d.hd, d.hd};
+  p.v = {vc, 0, block * d.hd, d.hd};
+}
+
+void apply_gates(const Dims& d, const float* att, const float* gates, float* out) {
+  for (int64_t r = 0; r < d.rows; ++r)
+    for (int64_t h = 0; h < d.H; ++h) {
+      const float g = gates[h];
+      const float* a = att + r * d.H * d.hd + h * d.hd;
+      float* o = out + r * d.H * d.hd + h * d.hd;
+      for (int64_t j = 0; j < d.hd; ++j) o[j] = a[j] * g;
+    }
+}
+
+}  // namespace detail
+
+using detail::Dims;
+
+namespace {
+
+const float* maybe(const float* base, int64_t offset) {
+  return offset >= 0 ? base + offset : nullptr;
+}
+
+}  // namespace
+
+const float* GPT::forward(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
+                          const ForwardOptions& options) {
+  check_tokens(tokens, batch, seq, 0);
+  return run(ctx, tokens, batch, seq, 0, false, options);
+}
+
+void GPT::reset_cache() { state_->cache_len = 0; }
+int64_t GPT::cache_length() const { return state_->cache_len; }
+
+const float* GPT::decode(ThreadContext& ctx, const int32_t* tokens, int64_t count,
+                         attention::KernelChoice kernel) {
+  check_tokens(tokens, 1, count, state_->cache_len);
+  ForwardOptions options;
+  options.kernel = kernel;
+  const float* logits = run(ctx, tokens, 1, count, state_->cache_len, true, options);
+  state_->cache_len += count;
+  return logits + (count - 1) * config_.vocab_size;
+}
+
+const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
+                      int64_t pos0, bool cached, const ForwardOptions& options) {
+  State& s = *state_;
+  detail::ensure_tables(config_, s);
+  const GPTConfig& c = config_;
+  const Dims d = detail::dims(c, batch, seq);
+  const ModelOffsets off = model_offsets(c, layout_);
+  const float* P = params_.data();
+  const bool drop = options.train && c.dropout > 0.0f;
+  const ops::NormKind nk =
+      c.norm == Norm::layernorm ? ops::NormKind::layer_norm : ops::NormKind::rms_norm;
+  const ops::NormShape ns{nk, d.rows, d.C};
+  s.batch = batch;
+  s.seq = seq;
+  s.x.resize(static_cast<size_t>(c.n_layer + 1));
+  s.blocks.resize(static_cast<size_t>(c.n_layer));
+
+  float* x0 = s.x[0].get(d.rows * d.C);
+  const float* pos = c.positional == Positional::learned      ? P + off.wpe + pos0 * d.C
+                     : c.positional == Positional::sinusoidal ? s.sinusoidal.data() + pos0 * d.C
+                                                              : nullptr;
+  if (cached && s.cache_k.empty()) {
+    s.cache_k.resize(static_cast<size_t>(c.n_layer));
+    s.cache_v.resize(static_cast<size_t>(c.n_layer));
+  }
+  ops::embedding_forward(ctx, {d.rows, d.C, d.V, d.T}, tokens, P + off.wte, pos, x0);
+  if (drop) detail::dropout(x0, d.rows * d.C, c.dropout, options.seed, 0);
+
+  float* branch = s.dres.get(d.rows * d.C);  // a residual branch's output before it is added
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    BlockActivations& a = s.blocks[static_cast<size_t>(l)];
+    const BlockOffsets& o = off.blocks[static_cast<size_t>(l)];
+    const float* x = s.x[static_cast<size_t>(l)].ptr();
+    float* out = s.x[static_cast<size_t>(l + 1)].get(d.rows * d.C);
+    const uint64_t stream = 1 + 2 * static_cast<uint64_t>(l);
+
+    // Attention branch.
+    const float* a_in = x;
+    if (c.norm_first) {
+      ops::norm_forward(ctx, ns, x, P + o.ln1_w, maybe(P, o.ln1_b), a.ln1.get(d.rows * d.C),
+                        a.ln1_mean.get(d.rows), a.ln1_rstd.get(d.rows));
+      a_in = a.ln1.ptr();
+    }
+    float* qkv = a.qkv.get(d.rows * d.W);
+    ops::linear_forward(ctx, {d.rows, d.C, d.W}, a_in, d.C, P + o.attn_w, maybe(P, o.attn_b), qkv,
+                        d.W);
+    if (c.positional == Positional::rope) {
+      apply_rope(s.rope, {d.rows, d.T, pos0, d.W, d.H, false}, qkv);
+      apply_rope(s.rope, {d.rows, d.T, pos0, d.W, d.G, false}, qkv + d.H * d.hd);
+    }
+    float* att = a.att.get(d.rows * d.H * d.hd);
+    attention::AttentionParams p =
+        detail::attention_params(c, d, qkv, att, a.lse.get(d.B * d.H * d.T), s.alibi.data());
+    if (cached) detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
+                                  s.cache_v[static_cast<size_t>(l)], p);
+    if (options.attention_probs) p.probs = options.attention_probs + l * d.B * d.H * d.T * d.T;
+    if (drop) {
+      p.options.dropout_p = c.dropout;
+      p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l);
+    }
+    attention::forward(ctx, p, options.kernel);
+    float* attg = a.attg.get(d.rows * d.H * d.hd);
+    detail::apply_gates(d, att, gates_.data() + l * d.H, attg);
+    ops::linear_forward(ctx, {d.rows, d.H * d.hd, d.C}, attg, d.H * d.hd, P + o.proj_w,
+                        maybe(P, o.proj_b), branch, d.C);
+    if (drop) detail::dropout(branch, d.rows * d.C, c.dropout, options.seed, stream);
+    float* h = a.h.get(d.rows * d.C);
+    for (int64_t i = 0; i < d.rows * d.C; ++i) h[i] = x[i] + branch[i];
+
+    // MLP branch.
+    const float* m_in;
+    if (c.norm_first) {
+      ops::norm_forward(ctx, ns, h, P + o.ln2_w, maybe(P, o.ln2_b), a.ln2.get(d.rows * d.C),
+                        a.ln2_mean.get(d.rows), a.ln2_rstd.get(d.rows));
+      m_in = a.ln2.ptr();
+    } else {
+      ops::norm_forward(ctx, ns, h, P + o.ln1_w, maybe(P, o.ln1_b), a.ln1.get(d.rows * d.C),
+                        a.ln1_mean.get(d.rows), a.ln1_rstd.get(d.rows));
+      m_in = a.ln1.ptr();
+    }
+    float* fc = a.fc.get(d.rows * d.F);
+    float* gel = a.gel.get(d.rows * d.F);
+    ops::linear_forward(ctx, {d.rows, d.C, d.F}, m_in, d.C, P + o.fc_w, maybe(P, o.fc_b), fc, d.F);
+    ops::gelu_forward(ctx, d.rows * d.F, fc, gel);
+    ops::linear_forward(ctx, {d.rows, d.F, d.C}, gel, d.F, P + o.fc_proj_w, maybe(P, o.fc_proj_b),
+                        branch, d.C);
+    if (drop) detail::dropout(branch, d.rows * d.C, c.dropout, options.seed, stream + 1);
+    if (c.norm_first) {
+      for (int64_t i = 0; i < d.rows * d.C; ++i) out[i] = h[i] + branch[i];
+    } else {
+      float* h2 = a.h2.get(d.rows * d.C);
+      for (int64_t i = 0; i < d.rows * d.C; ++i) h2[i] = m_in[i] + branch[i];
+      ops::norm_forward(ctx, ns, h2, P + o.ln2_w, maybe(P, o.ln2_b), out, a.ln2_mean.get(d.rows),
+                        a.ln2_rstd.get(d.rows));
+    }
+  }
+
+  const float* final_in = s.x[static_cast<size_t>(c.n_layer)].ptr();
+  if (c.norm_first) {
+    ops::norm_forward(ctx, ns, final_in, P + off.lnf_w, maybe(P, off.lnf_b),
+                      s.lnf.get(d.rows * d.C), s.lnf_mean.get(d.rows), s.lnf_rstd.get(d.rows));
+    final_in = s.lnf.ptr();
+  }
+  float* logits = s.logits.get(d.rows * d.V);
+  ops::linear_forward(ctx, {d.rows, d.C, d.V}, final_in, d.C, P + off.lm_head, nullptr, logits,
+                      d.V);
+  return logits;
+}
+
+double GPT::loss(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets, int64_t batch,
+                 int64_t seq, const ForwardOptions& options) {
+  const float* logits = forward(ctx, tokens, batch, seq, options);
+  return ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, logits, targets, nullptr);
+}
+
+double GPT::forward_backward(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets,
+                             int64_t batch, int64_t seq, const ForwardOptions& options) {
+  forward(ctx, tokens, batch, seq, options);
+  State& s = *state_;
+  float* dlogits = s.dlogits.get(batch * seq * config_.vocab_size);
+  const double loss = ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, s.logits.ptr(),
+                                         targets, dlogits);
+  backward(ctx, tokens, options);
+  return loss;
+}
+
+}  // namespace headlight::model

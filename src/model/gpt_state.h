@@ -1,0 +1,54 @@
+// The GPT's working memory: activations saved by the forward for the backward, their gradients,
+// the KV cache and the positional tables. Buffers only grow, so repeated steps touch no fresh pages.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "headlight/model/config.h"
+#include "headlight/model/gpt.h"
+#include "headlight/model/parameters.h"
+#include "headlight/model/positional.h"
+
+namespace headlight::model {
+
+// A float buffer that keeps its memory across resizes to a smaller size.
+struct Buffer {
+  std::vector<float> data;
+  float* get(int64_t n) {
+    if (static_cast<int64_t>(data.size()) < n) data.resize(static_cast<size_t>(n));
+    return data.data();
+  }
+  float* ptr() { return data.data(); }
+};
+
+// Saved by the forward for one block, rows = B·T.
+struct BlockActivations {
+  Buffer ln1, ln1_mean, ln1_rstd;  // [rows, C], [rows], [rows]
+  Buffer qkv;                      // [rows, (H + 2G)·hd], q and k after RoPE
+  Buffer att;                      // [rows, H·hd] attention output before the gates
+  Buffer attg;                     // [rows, H·hd] after the gates (c_proj's input)
+  Buffer lse;                      // [B, H, T]
+  Buffer h;                        // [rows, C] x + attn (pre-norm: the residual after attention)
+  Buffer ln2, ln2_mean, ln2_rstd;  // [rows, C], [rows], [rows]
+  Buffer fc, gel;                  // [rows, F] before and after the GELU
+  Buffer h2;                       // [rows, C] post-norm only: h + mlp before ln_2
+};
+
+struct GPT::State {
+  int64_t batch = 0, seq = 0;  // shape of the last forward
+  std::vector<Buffer> x;       // [n_layer + 1] residual stream, [rows, C] each
+  std::vector<BlockActivations> blocks;
+  Buffer lnf, lnf_mean, lnf_rstd;  // final norm (pre-norm only)
+  Buffer logits;                   // [rows, V]
+  // Gradients of activations (backward scratch).
+  Buffer dlogits, dx, dres, da, dfc, datt, dqkv;
+  std::vector<float> sinusoidal;  // [block_size, C]
+  RopeTable rope;
+  std::vector<float> alibi;  // [n_head]
+  // KV cache: per layer [n_kv_head, block_size, hd] keys and values (after RoPE).
+  std::vector<Buffer> cache_k, cache_v;
+  int64_t cache_len = 0;
+};
+
+}  // namespace headlight::model

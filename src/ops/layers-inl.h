@@ -1,0 +1,100 @@
+// Per-target SIMD loops of layers.cc: the tanh-form GELU and its derivative, and a row's
+// log-sum-exp with its softmax. Each has a scalar tail for the last n mod lanes elements.
+
+#if defined(HEADLIGHT_OPS_LAYERS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef HEADLIGHT_OPS_LAYERS_INL_H_
+#undef HEADLIGHT_OPS_LAYERS_INL_H_
+#else
+#define HEADLIGHT_OPS_LAYERS_INL_H_
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace headlight {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr float kGeluC = 0.7978845608028654f;  // √(2/π)
+constexpr float kGeluA = 0.044715f;
+
+inline float GeluScalar(float x) {
+  return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
+}
+// d/dx of GeluScalar: ½(1 + t) + ½x(1 − t²)·c(1 + 3a x²), t = tanh(c(x + a x³)).
+inline float GeluGradScalar(float x) {
+  const float t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
+}
+
+inline void GeluForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto c = hn::Set(d, kGeluC), a = hn::Set(d, kGeluA), half = hn::Set(d, 0.5f);
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(d, x + i);
+    const auto inner = hn::Mul(c, hn::MulAdd(hn::Mul(a, hn::Mul(v, v)), v, v));
+    const auto t = hn::Tanh(d, inner);
+    hn::StoreU(hn::Mul(hn::Mul(half, v), hn::Add(one, t)), d, y + i);
+  }
+  for (; i < n; ++i) y[i] = GeluScalar(x[i]);
+}
+
+inline void GeluBackward(const float* HWY_RESTRICT x, const float* dy, float* dx, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto c = hn::Set(d, kGeluC), a = hn::Set(d, kGeluA), half = hn::Set(d, 0.5f);
+  const auto one = hn::Set(d, 1.0f), a3 = hn::Set(d, 3.0f * kGeluA);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(d, x + i);
+    const auto v2 = hn::Mul(v, v);
+    const auto t = hn::Tanh(d, hn::Mul(c, hn::MulAdd(hn::Mul(a, v2), v, v)));
+    const auto sech2 = hn::NegMulAdd(t, t, one);
+    const auto inner_grad = hn::Mul(c, hn::MulAdd(a3, v2, one));
+    const auto g = hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), inner_grad,
+                              hn::Mul(half, hn::Add(one, t)));
+    hn::StoreU(hn::Mul(g, hn::LoadU(d, dy + i)), d, dx + i);
+  }
+  for (; i < n; ++i) dx[i] = GeluGradScalar(x[i]) * dy[i];
+}
+
+// log Σ exp(x) over a row of n finite floats; with p non-null also p = softmax(x) (p may be x).
+inline float RowLogSumExp(const float* x, int64_t n, float* p) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  float m = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+  auto vmax = hn::Set(d, m);
+  for (; i + L <= n; i += L) vmax = hn::Max(vmax, hn::LoadU(d, x + i));
+  m = hn::GetLane(hn::MaxOfLanes(d, vmax));
+  for (; i < n; ++i) m = std::max(m, x[i]);
+  const auto vm = hn::Set(d, m);
+  auto vsum = hn::Zero(d);
+  double tail = 0.0;
+  i = 0;
+  for (; i + L <= n; i += L) vsum = hn::Add(vsum, hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vm)));
+  for (; i < n; ++i) tail += std::exp(static_cast<double>(x[i] - m));
+  const double sum = static_cast<double>(hn::GetLane(hn::SumOfLanes(d, vsum))) + tail;
+  const float lse = m + static_cast<float>(std::log(sum));
+  if (p) {
+    const auto vl = hn::Set(d, lse);
+    i = 0;
+    for (; i + L <= n; i += L) hn::StoreU(hn::Exp(d, hn::Sub(hn::LoadU(d, x + i), vl)), d, p + i);
+    for (; i < n; ++i) p[i] = std::exp(x[i] - lse);
+  }
+  return lse;
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace headlight
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

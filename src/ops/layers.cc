@@ -1,0 +1,221 @@
+// Norms, GELU, embeddings and cross-entropy (see headlight/ops/layers.h). Rows run in parallel;
+// sums over rows go through fixed chunks (kChunkRows) added in order, so that the result is the
+// same for any thread count.
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "src/ops/layers.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+#include "src/ops/layers-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace headlight {
+namespace HWY_NAMESPACE {
+
+void GeluForwardDispatch(const float* x, float* y, int64_t n) { GeluForward(x, y, n); }
+void GeluBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n) {
+  GeluBackward(x, dy, dx, n);
+}
+float RowLogSumExpDispatch(const float* x, int64_t n, float* p) { return RowLogSumExp(x, n, p); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace headlight
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "headlight/core/error.h"
+#include "headlight/ops/layers.h"
+
+namespace headlight {
+
+HWY_EXPORT(GeluForwardDispatch);
+HWY_EXPORT(GeluBackwardDispatch);
+HWY_EXPORT(RowLogSumExpDispatch);
+
+namespace ops {
+namespace {
+
+constexpr int64_t kChunkRows = 32;    // rows per partial sum of a reduction over rows
+constexpr int64_t kElementBlock = 4096;  // elements per parallel item of the GELU
+
+int64_t chunks(int64_t rows) { return (rows + kChunkRows - 1) / kChunkRows; }
+
+// Adds partial[nchunks, cols] in chunk order into out[cols].
+void add_partials(ThreadContext& ctx, const float* partial, int64_t nchunks, int64_t cols,
+                  float* out) {
+  ctx.parallel_for(cols, [&](Range r, int) {
+    for (int64_t c = r.begin; c < r.end; ++c) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < nchunks; ++k) acc += partial[k * cols + c];
+      out[c] += acc;
+    }
+  });
+}
+
+}  // namespace
+
+void norm_forward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
+                  const float* bias, float* y, float* mean, float* rstd) {
+  const bool layer = s.kind == NormKind::layer_norm;
+  ctx.parallel_for(s.rows, [&](Range range, int) {
+    for (int64_t r = range.begin; r < range.end; ++r) {
+      const float* xr = x + r * s.cols;
+      float* yr = y + r * s.cols;
+      double sum = 0.0, sum_sq = 0.0;
+      for (int64_t c = 0; c < s.cols; ++c) sum += xr[c];
+      const double mu = layer ? sum / static_cast<double>(s.cols) : 0.0;
+      for (int64_t c = 0; c < s.cols; ++c) {
+        const double t = xr[c] - mu;
+        sum_sq += t * t;
+      }
+      const float rs =
+          static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(s.cols) + s.eps));
+      const float m = static_cast<float>(mu);
+      for (int64_t c = 0; c < s.cols; ++c)
+        yr[c] = (xr[c] - m) * rs * weight[c] + (bias ? bias[c] : 0.0f);
+      if (mean) mean[r] = m;
+      rstd[r] = rs;
+    }
+  });
+}
+
+void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
+                   const float* mean, const float* rstd, const float* dy, const NormGrads& g) {
+  const bool layer = s.kind == NormKind::layer_norm;
+  const int64_t n = chunks(s.rows);
+  const bool params = g.dweight || g.dbias;
+  // partial[2, nchunks, cols]: dweight then dbias sums of each chunk of rows.
+  float* partial = params ? ctx.shared_scratch().floats(static_cast<size_t>(2 * n * s.cols))
+                          : nullptr;
+  ctx.parallel_items(n, [&](int64_t chunk, int) {
+    float* pw = params ? partial + chunk * s.cols : nullptr;
+    float* pb = params ? partial + (n + chunk) * s.cols : nullptr;
+    if (params) {
+      std::memset(pw, 0, sizeof(float) * static_cast<size_t>(s.cols));
+      std::memset(pb, 0, sizeof(float) * static_cast<size_t>(s.cols));
+    }
+    const int64_t end = std::min(s.rows, (chunk + 1) * kChunkRows);
+    for (int64_t r = chunk * kChunkRows; r < end; ++r) {
+      const float* xr = x + r * s.cols;
+      const float* dyr = dy + r * s.cols;
+      const float m = layer ? mean[r] : 0.0f, rs = rstd[r];
+      double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
+      for (int64_t c = 0; c < s.cols; ++c) {
+        const float xhat = (xr[c] - m) * rs;
+        const float dxhat = dyr[c] * weight[c];
+        sum_dxhat += dxhat;
+        sum_dxhat_xhat += static_cast<double>(dxhat) * xhat;
+        if (params) {
+          pw[c] += dyr[c] * xhat;
+          pb[c] += dyr[c];
+        }
+      }
+      if (!g.dx) continue;
+      const float mean_dxhat = layer ? static_cast<float>(sum_dxhat / s.cols) : 0.0f;
+      const float mean_dxhat_xhat = static_cast<float>(sum_dxhat_xhat / s.cols);
+      float* dxr = g.dx + r * s.cols;
+      for (int64_t c = 0; c < s.cols; ++c) {
+        const float xhat = (xr[c] - m) * rs;
+        const float v = rs * (dyr[c] * weight[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+        dxr[c] = g.accumulate ? dxr[c] + v : v;
+      }
+    }
+  });
+  if (g.dweight) add_partials(ctx, partial, n, s.cols, g.dweight);
+  if (g.dbias) add_partials(ctx, partial + n * s.cols, n, s.cols, g.dbias);
+}
+
+void gelu_forward(ThreadContext& ctx, int64_t n, const float* x, float* y) {
+  ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
+    const int64_t begin = b * kElementBlock;
+    HWY_DYNAMIC_DISPATCH(GeluForwardDispatch)(x + begin, y + begin,
+                                              std::min(kElementBlock, n - begin));
+  });
+}
+
+void gelu_backward(ThreadContext& ctx, int64_t n, const float* x, const float* dy, float* dx) {
+  ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
+    const int64_t begin = b * kElementBlock;
+    HWY_DYNAMIC_DISPATCH(GeluBackwardDispatch)(x + begin, dy + begin, dx + begin,
+                                               std::min(kElementBlock, n - begin));
+  });
+}
+
+void embedding_forward(ThreadContext& ctx, const EmbeddingShape& s, const int32_t* tokens,
+                       const float* wte, const float* pos, float* x) {
+  for (int64_t r = 0; r < s.rows; ++r)
+    check(tokens[r] >= 0 && tokens[r] < s.vocab,
+          "tokens: id {} at position {} is outside the vocabulary [0, {})", tokens[r], r, s.vocab);
+  ctx.parallel_for(s.rows, [&](Range range, int) {
+    for (int64_t r = range.begin; r < range.end; ++r) {
+      const float* e = wte + static_cast<int64_t>(tokens[r]) * s.dim;
+      const float* p = pos ? pos + (r % s.period) * s.dim : nullptr;
+      float* xr = x + r * s.dim;
+      for (int64_t c = 0; c < s.dim; ++c) xr[c] = e[c] + (p ? p[c] : 0.0f);
+    }
+  });
+}
+
+void embedding_backward(ThreadContext& ctx, const EmbeddingShape& s, const int32_t* tokens,
+                        const float* dx, float* dwte, float* dpos) {
+  // Split over embedding columns: each worker adds every row in order into its columns.
+  ctx.parallel_for(s.dim, [&](Range cols, int) {
+    for (int64_t r = 0; r < s.rows; ++r) {
+      const float* d = dx + r * s.dim;
+      float* e = dwte + static_cast<int64_t>(tokens[r]) * s.dim;
+      for (int64_t c = cols.begin; c < cols.end; ++c) e[c] += d[c];
+      if (dpos) {
+        float* p = dpos + (r % s.period) * s.dim;
+        for (int64_t c = cols.begin; c < cols.end; ++c) p[c] += d[c];
+      }
+    }
+  });
+}
+
+double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float* logits,
+                     const int32_t* targets, float* dlogits) {
+  int64_t counted = 0;
+  for (int64_t r = 0; r < s.rows; ++r) {
+    check(targets[r] >= -1 && targets[r] < s.vocab,
+          "targets: id {} at position {} is outside [0, {}) (−1 ignores a position)", targets[r],
+          r, s.vocab);
+    counted += targets[r] >= 0;
+  }
+  const float inv = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
+  const int64_t n = chunks(s.rows);
+  std::vector<double> partial(static_cast<size_t>(n), 0.0);
+  ctx.parallel_items(n, [&](int64_t chunk, int) {
+    const int64_t end = std::min(s.rows, (chunk + 1) * kChunkRows);
+    double acc = 0.0;
+    for (int64_t r = chunk * kChunkRows; r < end; ++r) {
+      const float* row = logits + r * s.vocab;
+      float* drow = dlogits ? dlogits + r * s.vocab : nullptr;
+      const int32_t t = targets[r];
+      if (t < 0) {
+        if (drow) std::memset(drow, 0, sizeof(float) * static_cast<size_t>(s.vocab));
+        continue;
+      }
+      const float lse = HWY_DYNAMIC_DISPATCH(RowLogSumExpDispatch)(row, s.vocab, drow);
+      acc += static_cast<double>(lse) - row[t];
+      if (drow) {
+        for (int64_t c = 0; c < s.vocab; ++c) drow[c] *= inv;
+        drow[t] -= inv;
+      }
+    }
+    partial[static_cast<size_t>(chunk)] = acc;
+  });
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return counted > 0 ? total / static_cast<double>(counted) : 0.0;
+}
+
+}  // namespace ops
+}  // namespace headlight
+
+#endif  // HWY_ONCE
