@@ -31,9 +31,9 @@ struct PyGPT {
 
 // tokens as a C-contiguous int32 array of 1 or 2 dims → [B, T]; `what` names it in errors.
 py::array_t<int32_t, py::array::c_style | py::array::forcecast> token_array(const py::handle& obj,
-                                                                          const char* what,
-                                                                          int64_t& batch,
-                                                                          int64_t& seq) {
+                                                                            const char* what,
+                                                                            int64_t& batch,
+                                                                            int64_t& seq) {
   py::array raw = py::array::ensure(obj);
   if (!raw) throw Error(fmt::format("{}: expected an integer array", what));
   if (raw.dtype().kind() != 'i' && raw.dtype().kind() != 'u')
@@ -48,8 +48,8 @@ py::array_t<int32_t, py::array::c_style | py::array::forcecast> token_array(cons
     seq = arr.shape(1);
   } else {
     std::vector<int64_t> shape(arr.shape(), arr.shape() + arr.ndim());
-    throw Error(fmt::format("{}: expected [batch, seq] or [seq], got shape {}", what,
-                            shape_string(shape)));
+    throw Error(
+        fmt::format("{}: expected [batch, seq] or [seq], got shape {}", what, shape_string(shape)));
   }
   return arr;
 }
@@ -125,17 +125,18 @@ void bind_gpt(py::module_& m) {
           "load",
           [](const std::string& path, int threads) {
             train::LoadedModel loaded = train::load_model(path);
-            return std::make_unique<PyGPT>(
-                std::make_unique<model::GPT>(std::move(loaded.model)), std::move(loaded.tokenizer),
-                threads);
+            return std::make_unique<PyGPT>(std::make_unique<model::GPT>(std::move(loaded.model)),
+                                           std::move(loaded.tokenizer), threads);
           },
           py::arg("path"), py::kw_only(), py::arg("threads") = 0)
-      .def("save",
-           [](PyGPT& self, const std::string& path) {
-             train::save_model(path, *self.model, self.tokenizer ? &*self.tokenizer : nullptr);
-           },
-           py::arg("path"))
-      .def_property_readonly("config", [](const PyGPT& self) { return config_dict(self.model->config()); })
+      .def(
+          "save",
+          [](PyGPT& self, const std::string& path) {
+            train::save_model(path, *self.model, self.tokenizer ? &*self.tokenizer : nullptr);
+          },
+          py::arg("path"))
+      .def_property_readonly("config",
+                             [](const PyGPT& self) { return config_dict(self.model->config()); })
       .def_property(
           "tokenizer", [](const PyGPT& self) { return self.tokenizer; },
           [](PyGPT& self, const std::optional<model::Tokenizer>& t) {
@@ -221,7 +222,8 @@ void bind_gpt(py::module_& m) {
           },
           py::arg("tokens"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f,
           py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("seed") = 0)
-      .def("state_dict", [](const PyGPT& self) { return state_dict(*self.model, self.model->params()); })
+      .def("state_dict",
+           [](const PyGPT& self) { return state_dict(*self.model, self.model->params()); })
       .def(
           "load_state_dict",
           [](PyGPT& self, const py::dict& d) {
@@ -252,23 +254,28 @@ void bind_gpt(py::module_& m) {
             auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(g);
             check(a && a.size() == c.n_layer * c.n_head, "gates: expected [{}, {}] values",
                   c.n_layer, c.n_head);
-            std::memcpy(self.model->gates().data(), a.data(), sizeof(float) * static_cast<size_t>(a.size()));
+            std::memcpy(self.model->gates().data(), a.data(),
+                        sizeof(float) * static_cast<size_t>(a.size()));
           })
-      .def_property_readonly("gate_grads", [](const PyGPT& self) {
-        const auto& c = self.model->config();
-        return copy_out(self.model->gate_grads().data(), {c.n_layer, c.n_head});
-      })
+      .def_property_readonly(
+          "gate_grads",
+          [](const PyGPT& self) {
+            const auto& c = self.model->config();
+            return copy_out(self.model->gate_grads().data(), {c.n_layer, c.n_head});
+          })
       .def(
           "clip_grad_norm",
           [](PyGPT& self, double max_norm) {
-            return train::clip_grad_norm(self.model->grads(), self.model->layout().total(), max_norm);
+            return train::clip_grad_norm(self.model->grads(), self.model->layout().total(),
+                                         max_norm);
           },
           py::arg("max_norm"));
 
   py::class_<train::AdamW>(m, "AdamW")
       .def(py::init([](PyGPT& model, std::pair<float, float> betas, float eps, float weight_decay) {
              return std::make_unique<train::AdamW>(
-                 model.model->layout(), train::AdamWConfig{betas.first, betas.second, eps, weight_decay});
+                 model.model->layout(),
+                 train::AdamWConfig{betas.first, betas.second, eps, weight_decay});
            }),
            py::arg("model"), py::kw_only(), py::arg("betas") = std::make_pair(0.9f, 0.95f),
            py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.1f)

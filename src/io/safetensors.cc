@@ -172,11 +172,13 @@ SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::str
     check(e.end - e.begin == bytes,
           "{}: tensor \"{}\": data_offsets span {} bytes, shape {} of {} needs {}", what, name,
           e.end - e.begin, shape_string(e.shape), e.dtype, bytes);
-    check(e.end <= data_size, "{}: tensor \"{}\": data_offsets end {} is past the end of the data ({} bytes)",
-          what, name, e.end, data_size);
+    check(e.end <= data_size,
+          "{}: tensor \"{}\": data_offsets end {} is past the end of the data ({} bytes)", what,
+          name, e.end, data_size);
     if (!index.tensors.empty()) {
       const SafetensorsEntry& prev = index.tensors.back();
-      check(e.begin >= prev.begin, "{}: tensor \"{}\": data_offsets out of order (begins at {}, before \"{}\" at {})",
+      check(e.begin >= prev.begin,
+            "{}: tensor \"{}\": data_offsets out of order (begins at {}, before \"{}\" at {})",
             what, name, e.begin, prev.name, prev.begin);
       check(e.begin >= prev.end, "{}: tensor \"{}\": data_offsets [{}, {}] overlap \"{}\" [{}, {}]",
             what, name, e.begin, e.end, prev.name, prev.begin, prev.end);
@@ -242,7 +244,9 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
   fail("{}: no tensor named \"{}\"", path_, name);
 }
 
-Shape SafetensorsFile::shape(const std::string& name) const { return entry(name).shape; }
+Shape SafetensorsFile::shape(const std::string& name) const {
+  return entry(name).shape;
+}
 
 void SafetensorsFile::read_f32(const std::string& name, float* dst) const {
   const SafetensorsEntry& e = entry(name);
@@ -285,7 +289,8 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
     check(names.insert(t.name).second, "{}: duplicate tensor name \"{}\"", path, t.name);
     check(t.name != "__metadata__", "{}: \"__metadata__\" cannot name a tensor", path);
     const uint64_t bytes = static_cast<uint64_t>(checked_numel(t.shape, t.name)) * 4;
-    header[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string text = header.dump();

@@ -12,16 +12,23 @@ namespace headlight::model {
 
 const char* positional_name(Positional p) {
   switch (p) {
-    case Positional::learned: return "learned";
-    case Positional::sinusoidal: return "sinusoidal";
-    case Positional::rope: return "rope";
-    case Positional::alibi: return "alibi";
-    case Positional::none: return "none";
+    case Positional::learned:
+      return "learned";
+    case Positional::sinusoidal:
+      return "sinusoidal";
+    case Positional::rope:
+      return "rope";
+    case Positional::alibi:
+      return "alibi";
+    case Positional::none:
+      return "none";
   }
   return "?";
 }
 
-const char* norm_name(Norm n) { return n == Norm::layernorm ? "layernorm" : "rmsnorm"; }
+const char* norm_name(Norm n) {
+  return n == Norm::layernorm ? "layernorm" : "rmsnorm";
+}
 
 Positional parse_positional(const std::string& name) {
   for (Positional p : {Positional::learned, Positional::sinusoidal, Positional::rope,

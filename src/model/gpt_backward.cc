@@ -20,15 +20,17 @@ using detail::Dims;
 
 namespace {
 
-float* maybe(float* base, int64_t offset) { return offset >= 0 ? base + offset : nullptr; }
+float* maybe(float* base, int64_t offset) {
+  return offset >= 0 ? base + offset : nullptr;
+}
 
 // Gradients of y = x·Wᵀ + b: dx overwritten (or added when accumulate_dx), dW and db added.
 void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
                   const float* dy, float* dx, bool accumulate_dx, float* dw, float* db) {
-  if (dx) ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
-                               {dx, s.in_features, nullptr, nullptr, accumulate_dx});
-  ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
-                       {nullptr, 0, dw, db, true});
+  if (dx)
+    ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
+                         {dx, s.in_features, nullptr, nullptr, accumulate_dx});
+  ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features, {nullptr, 0, dw, db, true});
 }
 
 }  // namespace
@@ -119,8 +121,8 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
       }
       dgates[h] += static_cast<float>(sum);
     }
-    attention::AttentionParams p = detail::attention_params(c, d, a.qkv.ptr(), a.att.ptr(),
-                                                            a.lse.ptr(), s.alibi.data());
+    attention::AttentionParams p =
+        detail::attention_params(c, d, a.qkv.ptr(), a.att.ptr(), a.lse.ptr(), s.alibi.data());
     if (drop) {
       p.options.dropout_p = c.dropout;
       p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l);

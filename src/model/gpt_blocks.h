@@ -14,7 +14,7 @@ struct Dims {
   int64_t B, T, rows, C, H, G, hd, W, F, V;
 };
 inline Dims dims(const GPTConfig& c, int64_t batch, int64_t seq) {
-  return {batch,       seq,           batch * seq,   c.n_embd,      c.n_head,
+  return {batch,       seq,          batch * seq,   c.n_embd,      c.n_head,
           c.n_kv_head, c.head_dim(), c.qkv_width(), c.mlp_width(), c.vocab_size};
 }
 

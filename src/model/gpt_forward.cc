@@ -37,7 +37,8 @@ void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::Att
 void dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
   const CounterRng rng(seed, stream);
   const float keep_scale = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < n; ++i) x[i] = rng.uniform(static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+  for (int64_t i = 0; i < n; ++i)
+    x[i] = rng.uniform(static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
 }
 
 uint64_t attention_dropout_seed(uint64_t seed, int64_t layer) {
@@ -99,8 +100,12 @@ const float* GPT::forward(ThreadContext& ctx, const int32_t* tokens, int64_t bat
   return run(ctx, tokens, batch, seq, 0, false, options);
 }
 
-void GPT::reset_cache() { state_->cache_len = 0; }
-int64_t GPT::cache_length() const { return state_->cache_len; }
+void GPT::reset_cache() {
+  state_->cache_len = 0;
+}
+int64_t GPT::cache_length() const {
+  return state_->cache_len;
+}
 
 const float* GPT::decode(ThreadContext& ctx, const int32_t* tokens, int64_t count,
                          attention::KernelChoice kernel) {
@@ -165,8 +170,9 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     float* att = a.att.get(d.rows * d.H * d.hd);
     attention::AttentionParams p =
         detail::attention_params(c, d, qkv, att, a.lse.get(d.B * d.H * d.T), s.alibi.data());
-    if (cached) detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
-                                  s.cache_v[static_cast<size_t>(l)], p);
+    if (cached)
+      detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
+                        s.cache_v[static_cast<size_t>(l)], p);
     if (options.attention_probs) p.probs = options.attention_probs + l * d.B * d.H * d.T * d.T;
     if (drop) {
       p.options.dropout_p = c.dropout;
@@ -232,8 +238,8 @@ double GPT::forward_backward(ThreadContext& ctx, const int32_t* tokens, const in
   forward(ctx, tokens, batch, seq, options);
   State& s = *state_;
   float* dlogits = s.dlogits.get(batch * seq * config_.vocab_size);
-  const double loss = ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, s.logits.ptr(),
-                                         targets, dlogits);
+  const double loss =
+      ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, s.logits.ptr(), targets, dlogits);
   backward(ctx, tokens, options);
   return loss;
 }

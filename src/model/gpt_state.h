@@ -1,5 +1,6 @@
 // The GPT's working memory: activations saved by the forward for the backward, their gradients,
-// the KV cache and the positional tables. Buffers only grow, so repeated steps touch no fresh pages.
+// the KV cache and the positional tables. Buffers only grow, so repeated steps touch no fresh
+// pages.
 #pragma once
 
 #include <cstdint>

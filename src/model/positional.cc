@@ -13,7 +13,8 @@ std::vector<float> sinusoidal_table(int64_t positions, int64_t dim) {
       const double angle = static_cast<double>(p) /
                            std::pow(10000.0, static_cast<double>(2 * i) / static_cast<double>(dim));
       t[static_cast<size_t>(p * dim + 2 * i)] = static_cast<float>(std::sin(angle));
-      if (2 * i + 1 < dim) t[static_cast<size_t>(p * dim + 2 * i + 1)] = static_cast<float>(std::cos(angle));
+      if (2 * i + 1 < dim)
+        t[static_cast<size_t>(p * dim + 2 * i + 1)] = static_cast<float>(std::cos(angle));
     }
   return t;
 }
@@ -26,8 +27,8 @@ RopeTable rope_table(int64_t positions, int64_t head_dim, float base) {
   t.sin.resize(t.cos.size());
   for (int64_t p = 0; p < positions; ++p)
     for (int64_t j = 0; j < t.half; ++j) {
-      const double inv_freq =
-          std::pow(static_cast<double>(base), -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
+      const double inv_freq = std::pow(
+          static_cast<double>(base), -2.0 * static_cast<double>(j) / static_cast<double>(head_dim));
       const double angle = static_cast<double>(p) * inv_freq;
       t.cos[static_cast<size_t>(p * t.half + j)] = static_cast<float>(std::cos(angle));
       t.sin[static_cast<size_t>(p * t.half + j)] = static_cast<float>(std::sin(angle));
@@ -57,7 +58,8 @@ std::vector<float> alibi_slopes(int64_t n) {
   auto power_of_two = [](int64_t m) {
     std::vector<float> s;
     for (int64_t h = 1; h <= m; ++h)
-      s.push_back(static_cast<float>(std::pow(2.0, -8.0 * static_cast<double>(h) / static_cast<double>(m))));
+      s.push_back(static_cast<float>(
+          std::pow(2.0, -8.0 * static_cast<double>(h) / static_cast<double>(m))));
     return s;
   };
   int64_t m = 1;

@@ -24,8 +24,9 @@ int32_t sample_token(std::span<const float> logits, const SamplingOptions& o, Ge
   // Candidates sorted by logit, largest first (ties: lower id first, so draws are reproducible).
   std::vector<int32_t> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)]; });
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return logits[static_cast<size_t>(a)] > logits[static_cast<size_t>(b)];
+  });
   size_t keep = n;
   if (o.top_k > 0) keep = std::min(keep, static_cast<size_t>(o.top_k));
   std::vector<double> prob(keep);
@@ -82,7 +83,8 @@ std::vector<int32_t> generate(ThreadContext& ctx, GPT& model, std::span<const in
       logits = model.decode(ctx, &next, 1);
     } else {
       model.reset_cache();
-      logits = model.decode(ctx, context.data() + context.size() - static_cast<size_t>(block), block);
+      logits =
+          model.decode(ctx, context.data() + context.size() - static_cast<size_t>(block), block);
     }
   }
   return produced;

@@ -13,9 +13,15 @@ namespace headlight::model {
 
 namespace {
 
-bool is_letter(unsigned char c) { return std::isalpha(c) || c >= 0x80; }
-bool is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool is_space(unsigned char c) { return c == ' ' || c == '\t' || c == '\r'; }
+bool is_letter(unsigned char c) {
+  return std::isalpha(c) || c >= 0x80;
+}
+bool is_digit(unsigned char c) {
+  return c >= '0' && c <= '9';
+}
+bool is_space(unsigned char c) {
+  return c == ' ' || c == '\t' || c == '\r';
+}
 
 uint64_t pair_key(int32_t a, int32_t b) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
@@ -106,7 +112,8 @@ Tokenizer Tokenizer::train_bpe(std::string_view text, int64_t vocab_size) {
         best_count = count;
       }
     if (best_count < 2) break;
-    const int32_t a = static_cast<int32_t>(best >> 32), b = static_cast<int32_t>(best & 0xffffffffu);
+    const int32_t a = static_cast<int32_t>(best >> 32),
+                  b = static_cast<int32_t>(best & 0xffffffffu);
     const int32_t id = static_cast<int32_t>(t.vocab_size());
     t.merges_.emplace_back(a, b);
     for (auto& word : words) {
@@ -129,7 +136,8 @@ Tokenizer Tokenizer::train_bpe(std::string_view text, int64_t vocab_size) {
 void Tokenizer::rebuild() {
   bytes_.clear();
   for (int c = 0; c < 256; ++c) bytes_.emplace_back(1, static_cast<char>(c));
-  for (const auto& [a, b] : merges_) bytes_.push_back(bytes_[static_cast<size_t>(a)] + bytes_[static_cast<size_t>(b)]);
+  for (const auto& [a, b] : merges_)
+    bytes_.push_back(bytes_[static_cast<size_t>(a)] + bytes_[static_cast<size_t>(b)]);
 }
 
 std::string Tokenizer::to_json() const {
@@ -153,7 +161,8 @@ Tokenizer Tokenizer::from_json(const std::string& text) {
   const std::string type = j["type"];
   Tokenizer t;
   if (type == "bpe") {
-    check(j.contains("merges") && j["merges"].is_array(), "headlight.tokenizer: bpe needs \"merges\"");
+    check(j.contains("merges") && j["merges"].is_array(),
+          "headlight.tokenizer: bpe needs \"merges\"");
     for (const auto& m : j["merges"]) {
       check(m.is_array() && m.size() == 2 && m[0].is_number_integer() && m[1].is_number_integer(),
             "headlight.tokenizer: each merge must be a pair of token ids");

@@ -59,8 +59,8 @@ inline void GeluBackward(const float* HWY_RESTRICT x, const float* dy, float* dx
     const auto t = hn::Tanh(d, hn::Mul(c, hn::MulAdd(hn::Mul(a, v2), v, v)));
     const auto sech2 = hn::NegMulAdd(t, t, one);
     const auto inner_grad = hn::Mul(c, hn::MulAdd(a3, v2, one));
-    const auto g = hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), inner_grad,
-                              hn::Mul(half, hn::Add(one, t)));
+    const auto g =
+        hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), inner_grad, hn::Mul(half, hn::Add(one, t)));
     hn::StoreU(hn::Mul(g, hn::LoadU(d, dy + i)), d, dx + i);
   }
   for (; i < n; ++i) dx[i] = GeluGradScalar(x[i]) * dy[i];

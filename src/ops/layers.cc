@@ -13,11 +13,15 @@ HWY_BEFORE_NAMESPACE();
 namespace headlight {
 namespace HWY_NAMESPACE {
 
-void GeluForwardDispatch(const float* x, float* y, int64_t n) { GeluForward(x, y, n); }
+void GeluForwardDispatch(const float* x, float* y, int64_t n) {
+  GeluForward(x, y, n);
+}
 void GeluBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n) {
   GeluBackward(x, dy, dx, n);
 }
-float RowLogSumExpDispatch(const float* x, int64_t n, float* p) { return RowLogSumExp(x, n, p); }
+float RowLogSumExpDispatch(const float* x, int64_t n, float* p) {
+  return RowLogSumExp(x, n, p);
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace headlight
@@ -41,10 +45,12 @@ HWY_EXPORT(RowLogSumExpDispatch);
 namespace ops {
 namespace {
 
-constexpr int64_t kChunkRows = 32;    // rows per partial sum of a reduction over rows
+constexpr int64_t kChunkRows = 32;       // rows per partial sum of a reduction over rows
 constexpr int64_t kElementBlock = 4096;  // elements per parallel item of the GELU
 
-int64_t chunks(int64_t rows) { return (rows + kChunkRows - 1) / kChunkRows; }
+int64_t chunks(int64_t rows) {
+  return (rows + kChunkRows - 1) / kChunkRows;
+}
 
 // Adds partial[nchunks, cols] in chunk order into out[cols].
 void add_partials(ThreadContext& ctx, const float* partial, int64_t nchunks, int64_t cols,
@@ -91,8 +97,8 @@ void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const
   const int64_t n = chunks(s.rows);
   const bool params = g.dweight || g.dbias;
   // partial[2, nchunks, cols]: dweight then dbias sums of each chunk of rows.
-  float* partial = params ? ctx.shared_scratch().floats(static_cast<size_t>(2 * n * s.cols))
-                          : nullptr;
+  float* partial =
+      params ? ctx.shared_scratch().floats(static_cast<size_t>(2 * n * s.cols)) : nullptr;
   ctx.parallel_items(n, [&](int64_t chunk, int) {
     float* pw = params ? partial + chunk * s.cols : nullptr;
     float* pb = params ? partial + (n + chunk) * s.cols : nullptr;
@@ -134,16 +140,16 @@ void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const
 void gelu_forward(ThreadContext& ctx, int64_t n, const float* x, float* y) {
   ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
     const int64_t begin = b * kElementBlock;
-    HWY_DYNAMIC_DISPATCH(GeluForwardDispatch)(x + begin, y + begin,
-                                              std::min(kElementBlock, n - begin));
+    HWY_DYNAMIC_DISPATCH(GeluForwardDispatch)
+    (x + begin, y + begin, std::min(kElementBlock, n - begin));
   });
 }
 
 void gelu_backward(ThreadContext& ctx, int64_t n, const float* x, const float* dy, float* dx) {
   ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
     const int64_t begin = b * kElementBlock;
-    HWY_DYNAMIC_DISPATCH(GeluBackwardDispatch)(x + begin, dy + begin, dx + begin,
-                                               std::min(kElementBlock, n - begin));
+    HWY_DYNAMIC_DISPATCH(GeluBackwardDispatch)
+    (x + begin, dy + begin, dx + begin, std::min(kElementBlock, n - begin));
   });
 }
 
@@ -183,8 +189,8 @@ double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float
   int64_t counted = 0;
   for (int64_t r = 0; r < s.rows; ++r) {
     check(targets[r] >= -1 && targets[r] < s.vocab,
-          "targets: id {} at position {} is outside [0, {}) (−1 ignores a position)", targets[r],
-          r, s.vocab);
+          "targets: id {} at position {} is outside [0, {}) (−1 ignores a position)", targets[r], r,
+          s.vocab);
     counted += targets[r] >= 0;
   }
   const float inv = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;

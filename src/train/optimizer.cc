@@ -51,11 +51,10 @@ double clip_grad_norm(float* grads, int64_t n, double max_norm) {
 }
 
 float LrSchedule::at(int64_t step) const {
-  if (step < warmup)
-    return lr * static_cast<float>(step + 1) / static_cast<float>(warmup + 1);
+  if (step < warmup) return lr * static_cast<float>(step + 1) / static_cast<float>(warmup + 1);
   if (step >= total) return min_lr;
-  const double ratio =
-      static_cast<double>(step - warmup) / static_cast<double>(std::max<int64_t>(1, total - warmup));
+  const double ratio = static_cast<double>(step - warmup) /
+                       static_cast<double>(std::max<int64_t>(1, total - warmup));
   const double coeff = 0.5 * (1.0 + std::cos(M_PI * ratio));
   return static_cast<float>(min_lr + coeff * (lr - min_lr));
 }

@@ -18,7 +18,8 @@ struct LoadedModel {
 };
 
 // Writes the weights (names and layout of DESIGN.md §2) with metadata "headlight.config",
-// "headlight.tokenizer" (when a tokenizer is given) and "format": "pt" (so PyTorch tools accept it), atomically.
+// "headlight.tokenizer" (when a tokenizer is given) and "format": "pt" (so PyTorch tools accept
+// it), atomically.
 void save_model(const std::string& path, const model::GPT& m, const model::Tokenizer* tokenizer,
                 const std::map<std::string, std::string>& extra_metadata = {});
 // Reads and validates a checkpoint (see io/safetensors.h and GPT(const TensorSource&)).
