@@ -9,5 +9,10 @@ namespace headlight::cli {
 void add_version(CLI::App& app);
 void add_attention_demo(CLI::App& app);
 void add_bench(CLI::App& app);
+void add_corpus(CLI::App& app);
+void add_tokenizer(CLI::App& app);
+void add_train(CLI::App& app);
+void add_eval(CLI::App& app);
+void add_generate(CLI::App& app);
 
 }  // namespace headlight::cli

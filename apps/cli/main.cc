@@ -12,6 +12,11 @@ int main(int argc, char** argv) {
   headlight::cli::add_version(app);
   headlight::cli::add_attention_demo(app);
   headlight::cli::add_bench(app);
+  headlight::cli::add_corpus(app);
+  headlight::cli::add_tokenizer(app);
+  headlight::cli::add_train(app);
+  headlight::cli::add_eval(app);
+  headlight::cli::add_generate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

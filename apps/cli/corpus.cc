@@ -1,0 +1,53 @@
+// headlight corpus detective: prints stories of the detective corpus (text, or JSON records with
+// the pronoun, names and answer positions).
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "headlight/train/corpus.h"
+
+namespace headlight::cli {
+
+void add_corpus(CLI::App& app) {
+  auto* cmd = app.add_subcommand("corpus", "Generate a built-in corpus");
+  cmd->require_subcommand(1);
+  struct Args {
+    std::string split = "train";
+    int64_t stories = 10;
+    uint64_t seed = 1;
+    bool json = false;
+  };
+  auto args = std::make_shared<Args>();
+  auto* det = cmd->add_subcommand(
+      "detective", "Short stories where a pronoun refers back to one of two or three characters");
+  det->add_option("--split", args->split, "train, validation or test")->capture_default_str();
+  det->add_option("--stories", args->stories, "Number of stories")->capture_default_str();
+  det->add_option("--seed", args->seed, "Base seed (each split has its own stream)")
+      ->capture_default_str();
+  det->add_flag("--json", args->json,
+                "One JSON record per line: text, characters, pronoun and answer with offsets");
+  det->callback([args] {
+    const auto stories =
+        train::detective_stories({train::parse_split(args->split), args->stories, args->seed});
+    for (const auto& s : stories) {
+      if (!args->json) {
+        fmt::print("{}", s.text);
+        continue;
+      }
+      nlohmann::json chars = nlohmann::json::array();
+      for (const auto& c : s.characters)
+        chars.push_back({{"name", c.name}, {"offset", c.offset}, {"length", c.length}});
+      fmt::print("{}\n", nlohmann::json{{"text", s.text},
+                                        {"characters", chars},
+                                        {"antecedent", s.antecedent},
+                                        {"pronoun", s.pronoun},
+                                        {"pronoun_offset", s.pronoun_offset},
+                                        {"answer", s.answer},
+                                        {"answer_offset", s.answer_offset}}
+                             .dump());
+    }
+  });
+}
+
+}  // namespace headlight::cli

@@ -1,0 +1,57 @@
+// headlight generate: continues a prompt with a checkpoint, streaming the text as it is produced.
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "headlight/core/error.h"
+#include "headlight/model/sampling.h"
+#include "headlight/train/checkpoint.h"
+
+namespace headlight::cli {
+
+void add_generate(CLI::App& app) {
+  struct Args {
+    std::string model;
+    std::string prompt =
+        "Maria found a red key in the kitchen. John found a blue map in the garden. Later she";
+    int64_t tokens = 40;
+    model::SamplingOptions sampling{0.8f, 0, 1.0f, 0};
+    bool greedy = false;
+    int threads = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("generate", "Continue a prompt (KV-cached decoding)");
+  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("--prompt", a->prompt, "Text to continue")->capture_default_str();
+  cmd->add_option("--tokens", a->tokens, "New tokens")->capture_default_str();
+  cmd->add_option("--temperature", a->sampling.temperature, "Sampling temperature (0: greedy)")
+      ->capture_default_str();
+  cmd->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely (0: all)")
+      ->capture_default_str();
+  cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling threshold")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
+  cmd->add_flag("--greedy", a->greedy, "Always the most likely token (temperature 0)");
+  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  cmd->callback([a] {
+    train::LoadedModel loaded = train::load_model(a->model);
+    check(loaded.tokenizer.has_value(), "{}: the checkpoint has no tokenizer", a->model);
+    if (a->greedy) a->sampling.temperature = 0.0f;
+    model::validate(a->sampling);
+    const auto prompt = loaded.tokenizer->encode(a->prompt);
+    check(!prompt.empty(), "--prompt: empty");
+    ThreadContext ctx(a->threads);
+    fmt::print("{}", a->prompt);
+    std::fflush(stdout);
+    const auto& tok = *loaded.tokenizer;
+    model::generate(ctx, loaded.model, prompt, a->tokens, a->sampling, [&](int32_t id) {
+      fmt::print("{}", tok.token_bytes(id));
+      std::fflush(stdout);
+    });
+    fmt::print("\n");
+  });
+}
+
+}  // namespace headlight::cli

@@ -1,0 +1,241 @@
+// headlight train: trains a GPT on a corpus and writes the checkpoint; headlight eval: the loss and
+// perplexity of a checkpoint on a corpus's validation text.
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "headlight/core/error.h"
+#include "headlight/train/checkpoint.h"
+#include "headlight/train/corpus.h"
+#include "headlight/train/trainer.h"
+
+namespace headlight::cli {
+
+namespace {
+
+struct TrainArgs {
+  model::GPTConfig model;
+  std::string positional = "learned", norm = "layernorm";
+  bool post_norm = false, no_bias = false, encoder = false, untied = false;
+  int64_t n_kv_head = 0;  // 0: n_head
+  train::TrainOptions train;
+  float lr = 2e-3f, min_lr = 2e-4f;
+  int64_t warmup = 100;
+  std::string corpus = "detective";
+  int64_t stories = 20000, val_stories = 500;
+  uint64_t corpus_seed = 1;
+  std::string tokenizer = "byte";
+  int threads = 0;
+  bool json = false;
+  std::string out = "model.safetensors";
+};
+
+std::string duration(double seconds) {
+  const int64_t s = static_cast<int64_t>(seconds + 0.5);
+  return s >= 60 ? fmt::format("{}m{:02}s", s / 60, s % 60) : fmt::format("{}s", s);
+}
+
+// A progress bar on a terminal, plain lines otherwise.
+void report(const train::StepReport& r, int64_t log_every, bool tty) {
+  if (tty) {
+    const int width = 30;
+    const int done = static_cast<int>(width * r.step / std::max<int64_t>(1, r.steps));
+    fmt::print(stderr, "\r[{}{}] step {}/{}  loss {:.4f}  {:.0f} tok/s  ETA {}   ",
+               std::string(static_cast<size_t>(done), '#'),
+               std::string(static_cast<size_t>(width - done), '.'), r.step, r.steps, r.loss,
+               r.tokens_per_second, duration(r.eta));
+    if (r.val_loss)
+      fmt::print(stderr, "\nstep {}: val loss {:.4f} (perplexity {:.2f})\n", r.step, *r.val_loss,
+                 std::exp(*r.val_loss));
+    std::fflush(stderr);
+    return;
+  }
+  if (r.step % log_every == 0 || r.val_loss) {
+    fmt::print(stderr,
+               "step {}/{}  loss {:.4f}  lr {:.2e}  grad norm {:.3f}  {:.0f} tok/s  ETA {}{}\n",
+               r.step, r.steps, r.loss, r.lr, r.grad_norm, r.tokens_per_second, duration(r.eta),
+               r.val_loss ? fmt::format("  val loss {:.4f}", *r.val_loss) : "");
+  }
+}
+
+std::optional<model::Tokenizer> make_tokenizer(const std::string& spec, const std::string& text) {
+  if (spec == "byte") return model::Tokenizer::byte_level();
+  if (spec.rfind("bpe:", 0) == 0)
+    return model::Tokenizer::train_bpe(text, std::stoll(spec.substr(4)));
+  std::ifstream in(spec);
+  check(in.good(), "--tokenizer: expected byte, bpe:VOCAB or a tokenizer JSON file, got \"{}\"",
+        spec);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return model::Tokenizer::from_json(buf.str());
+}
+
+}  // namespace
+
+void add_train(CLI::App& app) {
+  auto a = std::make_shared<TrainArgs>();
+  auto* cmd = app.add_subcommand("train", "Train a GPT-style model on a corpus");
+  cmd->add_option("--corpus", a->corpus, "\"detective\" or a text file (last tenth: validation)")
+      ->capture_default_str();
+  cmd->add_option("--out", a->out, "Checkpoint to write (safetensors)")->capture_default_str();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "byte, bpe:VOCAB (learnt from the corpus) or a JSON file")
+      ->capture_default_str();
+  cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
+      ->capture_default_str();
+  cmd->add_option("--val-stories", a->val_stories, "Validation stories")->capture_default_str();
+  cmd->add_option("--corpus-seed", a->corpus_seed, "Seed of the detective corpus")
+      ->capture_default_str();
+  auto* m = cmd->add_option_group("model");
+  m->add_option("--n-layer", a->model.n_layer, "Layers")->capture_default_str();
+  m->add_option("--n-head", a->model.n_head, "Attention heads")->capture_default_str();
+  m->add_option("--n-kv-head", a->n_kv_head, "Key/value heads (default: n-head)");
+  m->add_option("--n-embd", a->model.n_embd, "Embedding width")->capture_default_str();
+  m->add_option("--block-size", a->model.block_size, "Context length")->capture_default_str();
+  m->add_option("--positional", a->positional, "learned, sinusoidal, rope, alibi or none")
+      ->capture_default_str();
+  m->add_option("--norm", a->norm, "layernorm or rmsnorm")->capture_default_str();
+  m->add_option("--mlp-ratio", a->model.mlp_ratio, "MLP width / n-embd")->capture_default_str();
+  m->add_option("--dropout", a->model.dropout, "Dropout probability")->capture_default_str();
+  m->add_flag("--post-norm", a->post_norm, "Post-norm blocks (original Transformer)");
+  m->add_flag("--no-bias", a->no_bias, "No biases in linear layers and norms");
+  m->add_flag("--encoder", a->encoder, "Bidirectional encoder trained on masked tokens");
+  m->add_flag("--untied", a->untied, "A separate lm_head instead of the token embedding");
+  auto* t = cmd->add_option_group("training");
+  t->add_option("--steps", a->train.steps, "Optimizer steps")->capture_default_str();
+  t->add_option("--batch", a->train.batch, "Sequences per step")->capture_default_str();
+  t->add_option("--seq", a->train.seq, "Tokens per sequence (0: block size)")
+      ->capture_default_str();
+  t->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str();
+  t->add_option("--min-lr", a->min_lr, "Final learning rate")->capture_default_str();
+  t->add_option("--warmup", a->warmup, "Warmup steps")->capture_default_str();
+  t->add_option("--weight-decay", a->train.adam.weight_decay, "AdamW weight decay")
+      ->capture_default_str();
+  t->add_option("--grad-clip", a->train.grad_clip, "Gradient norm clip (0: off)")
+      ->capture_default_str();
+  t->add_option("--eval-every", a->train.eval_every, "Steps between evaluations")
+      ->capture_default_str();
+  t->add_option("--eval-batches", a->train.eval_batches, "Batches per evaluation")
+      ->capture_default_str();
+  t->add_option("--checkpoint-every", a->train.checkpoint_every,
+                "Steps between checkpoints (0: at evaluations)")
+      ->capture_default_str();
+  t->add_option("--seed", a->train.seed, "Seed of the weights, batches and dropout")
+      ->capture_default_str();
+  t->add_option("--metrics", a->train.metrics, "JSONL metrics log");
+  t->add_flag("--resume", a->train.resume, "Continue from --out and its optimizer state");
+  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print the result as JSON");
+  cmd->callback([a] {
+    model::GPTConfig c = a->model;
+    c.positional = model::parse_positional(a->positional);
+    c.norm = model::parse_norm(a->norm);
+    c.norm_first = !a->post_norm;
+    c.bias = !a->no_bias;
+    c.causal = !a->encoder;
+    c.tied_embeddings = !a->untied;
+    c.n_kv_head = a->n_kv_head > 0 ? a->n_kv_head : c.n_head;
+    const train::TextSplits text =
+        train::load_text(a->corpus, a->stories, a->val_stories, a->corpus_seed);
+    ThreadContext ctx(a->threads);
+    train::TrainOptions o = a->train;
+    o.out = a->out;
+    o.schedule = {a->lr, a->min_lr, a->warmup, o.steps};
+    std::optional<model::GPT> gpt;
+    std::optional<model::Tokenizer> tok;
+    if (o.resume) {
+      train::LoadedModel loaded = train::load_model(a->out);
+      gpt.emplace(std::move(loaded.model));
+      tok = std::move(loaded.tokenizer);
+    } else {
+      tok = make_tokenizer(a->tokenizer, text.train);
+      // Encoders need one id the tokenizer never produces: the mask token.
+      c.vocab_size = tok->vocab_size() + (c.causal ? 0 : 1);
+      gpt.emplace(c, o.seed);
+    }
+    const std::vector<int32_t> train_ids = tok->encode(text.train),
+                               val_ids = tok->encode(text.validation);
+    fmt::print(stderr,
+               "training a {}-layer, {}-head, n_embd {} model ({} parameters) on {} tokens "
+               "({} validation) with {} threads\n",
+               gpt->config().n_layer, gpt->config().n_head, gpt->config().n_embd,
+               gpt->layout().total(), train_ids.size(), val_ids.size(), ctx.num_threads());
+    const bool tty = ::isatty(::fileno(stderr)) != 0;
+    const train::TrainResult r =
+        train::train_model(ctx, *gpt, tok ? &*tok : nullptr, train_ids, val_ids, o,
+                           [&](const train::StepReport& s) { report(s, o.log_every, tty); });
+    if (tty) fmt::print(stderr, "\n");
+    const nlohmann::json j = {{"steps", r.steps},       {"train_loss", r.train_loss},
+                              {"val_loss", r.val_loss}, {"val_perplexity", std::exp(r.val_loss)},
+                              {"seconds", r.seconds},   {"tokens_per_second", r.tokens_per_second},
+                              {"checkpoint", a->out}};
+    if (a->json) {
+      fmt::print("{}\n", j.dump());
+    } else {
+      fmt::print(
+          "trained {} steps in {}: train loss {:.4f}, validation loss {:.4f} (perplexity "
+          "{:.2f}), {:.0f} tokens/s; wrote {}\n",
+          r.steps, duration(r.seconds), r.train_loss, r.val_loss, std::exp(r.val_loss),
+          r.tokens_per_second, a->out);
+    }
+  });
+}
+
+void add_eval(CLI::App& app) {
+  struct Args {
+    std::string model, corpus = "detective";
+    int64_t stories = 500, batch = 16, batches = 1000000;
+    uint64_t seed = 1;
+    std::string split = "validation";
+    int threads = 0;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of a checkpoint on a corpus");
+  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("--corpus", a->corpus, "\"detective\" or a text file (its last tenth is used)")
+      ->capture_default_str();
+  cmd->add_option("--split", a->split, "Detective split: validation or test")
+      ->capture_default_str();
+  cmd->add_option("--stories", a->stories, "Detective stories")->capture_default_str();
+  cmd->add_option("--corpus-seed", a->seed, "Seed of the detective corpus")->capture_default_str();
+  cmd->add_option("--batch", a->batch, "Sequences per batch")->capture_default_str();
+  cmd->add_option("--max-batches", a->batches, "Most batches to evaluate");
+  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([a] {
+    train::LoadedModel loaded = train::load_model(a->model);
+    check(loaded.tokenizer.has_value(), "{}: the checkpoint has no tokenizer to encode text with",
+          a->model);
+    std::string text;
+    if (a->corpus == "detective") {
+      text = train::corpus_text(
+          train::detective_stories({train::parse_split(a->split), a->stories, a->seed}));
+    } else {
+      text = train::load_text(a->corpus, 0, 0, a->seed).validation;
+    }
+    const auto ids = loaded.tokenizer->encode(text);
+    ThreadContext ctx(a->threads);
+    const double loss = train::evaluate(ctx, loaded.model, ids, a->batch,
+                                        loaded.model.config().block_size, a->batches, 0.15f);
+    if (a->json) {
+      fmt::print(
+          "{}\n",
+          nlohmann::json{{"loss", loss}, {"perplexity", std::exp(loss)}, {"tokens", ids.size()}}
+              .dump());
+    } else {
+      fmt::print("{}: loss {:.4f}, perplexity {:.3f} over {} tokens\n", a->model, loss,
+                 std::exp(loss), ids.size());
+    }
+  });
+}
+
+}  // namespace headlight::cli

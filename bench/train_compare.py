@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Training throughput of headlight and PyTorch 2.13 on the same model and data, in one run.
+
+    .venv/bin/python bench/train_compare.py [--threads 2] [--steps 30] [--rounds 5] [--compile]
+
+The model is the issue's: 4 layers, 4 heads, n_embd 128, block 128, batch 16, byte-level
+vocabulary (256), learned positions, pre-norm LayerNorm, tied embeddings; AdamW with gradient
+clipping. headlight trains through `headlight train` (its own loop, evaluation off); PyTorch through
+an eager nanoGPT-style model (F.scaled_dot_product_attention, is_causal) on the same detective
+corpus, and with torch.compile when --compile is given and it works here. Rounds alternate between
+the two, and the table gives the median tokens/s of each and the ratio.
+"""
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
+N_LAYER, N_HEAD, N_EMBD, BLOCK, BATCH, VOCAB = 4, 4, 128, 128, 16, 256
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln_1, self.ln_2 = nn.LayerNorm(N_EMBD), nn.LayerNorm(N_EMBD)
+        self.c_attn = nn.Linear(N_EMBD, 3 * N_EMBD)
+        self.c_proj = nn.Linear(N_EMBD, N_EMBD)
+        self.c_fc = nn.Linear(N_EMBD, 4 * N_EMBD)
+        self.mlp_proj = nn.Linear(4 * N_EMBD, N_EMBD)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(self.ln_1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, N_HEAD, C // N_HEAD).transpose(1, 2) for t in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+        return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(VOCAB, N_EMBD), nn.Embedding(BLOCK, N_EMBD)
+        self.h = nn.ModuleList([Block() for _ in range(N_LAYER)])
+        self.ln_f = nn.LayerNorm(N_EMBD)
+
+    def forward(self, idx, targets):
+        x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
+        for block in self.h:
+            x = block(x)
+        logits = self.ln_f(x) @ self.wte.weight.T
+        return F.cross_entropy(logits.view(-1, VOCAB), targets.view(-1))
+
+
+def corpus_tokens():
+    out = subprocess.run([str(CLI), "corpus", "detective", "--stories", "20000"], check=True,
+                         capture_output=True)
+    return np.frombuffer(out.stdout, dtype=np.uint8).astype(np.int64)
+
+
+def torch_tokens_per_second(data, steps, compiled):
+    torch.manual_seed(0)
+    model = GPT()
+    step_fn = torch.compile(model) if compiled else model
+    decay = [p for p in model.parameters() if p.dim() == 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": other, "weight_decay": 0.0}], lr=1e-3, betas=(0.9, 0.95))
+    rng = np.random.default_rng(0)
+
+    def step():
+        starts = rng.integers(0, len(data) - BLOCK - 1, size=BATCH)
+        x = torch.from_numpy(np.stack([data[s:s + BLOCK] for s in starts]))
+        y = torch.from_numpy(np.stack([data[s + 1:s + BLOCK + 1] for s in starts]))
+        opt.zero_grad(set_to_none=True)
+        loss = step_fn(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    for _ in range(3):
+        step()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return steps * BATCH * BLOCK / (time.perf_counter() - t0)
+
+
+def headlight_tokens_per_second(steps, threads):
+    with tempfile.TemporaryDirectory() as tmp:
+        out = subprocess.run(
+            [str(CLI), "train", "--steps", str(steps), "--eval-every", str(10 * steps),
+             "--eval-batches", "1", "--val-stories", "20", "--n-layer", str(N_LAYER), "--n-head",
+             str(N_HEAD), "--n-embd", str(N_EMBD), "--block-size", str(BLOCK), "--batch",
+             str(BATCH), "--threads", str(threads), "--out", f"{tmp}/m.safetensors", "--json"],
+            check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["tokens_per_second"]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--compile", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    data = corpus_tokens()
+    rows = {"headlight": [], "PyTorch eager": []}
+    if args.compile:
+        rows["PyTorch torch.compile"] = []
+    for _ in range(args.rounds):
+        rows["headlight"].append(headlight_tokens_per_second(args.steps, args.threads))
+        rows["PyTorch eager"].append(torch_tokens_per_second(data, args.steps, False))
+        if args.compile:
+            try:
+                rows["PyTorch torch.compile"].append(torch_tokens_per_second(data, args.steps, True))
+            except Exception as e:  # noqa: BLE001 - report and go on without it
+                print(f"torch.compile failed here: {type(e).__name__}: {e}")
+                del rows["PyTorch torch.compile"]
+                args.compile = False
+    base = statistics.median(rows["headlight"])
+    print(f"\nTraining {N_LAYER} layers × {N_HEAD} heads, n_embd {N_EMBD}, block {BLOCK}, batch "
+          f"{BATCH}, {args.threads} threads, {args.steps} steps per round, {args.rounds} rounds "
+          "(median tokens/s):\n")
+    print("| trainer | tokens/s | headlight ÷ it |")
+    print("|---|---:|---:|")
+    for name, values in rows.items():
+        med = statistics.median(values)
+        print(f"| {name} | {med:,.0f} | {base / med:.2f}× |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+// The detective corpus generator (see headlight/train/corpus.h).
+
+#include "headlight/train/corpus.h"
+
+#include <algorithm>
+#include <array>
+#include <fstream>
+#include <sstream>
+
+#include "headlight/core/error.h"
+#include "headlight/core/rng.h"
+
+namespace headlight::train {
+
+namespace {
+
+constexpr std::array kWomen = {"Maria", "Anna", "Sophie", "Emma",  "Clara", "Julia",
+                               "Laura", "Nora", "Lucy",   "Helen", "Rosa",  "Alice"};
+constexpr std::array kMen = {"John",  "Peter", "David",  "Tom",   "Mark", "Paul",
+                             "James", "Oscar", "Victor", "Henry", "Leo",  "Frank"};
+constexpr std::array kAnimals = {"the dog", "the cat", "the parrot", "the fox"};
+constexpr std::array kObjects = {"key",  "map",   "coin", "letter", "book",  "lamp",
+                                 "ring", "knife", "box",  "watch",  "photo", "glove"};
+constexpr std::array kColours = {"red",   "blue",   "green",  "yellow", "black",
+                                 "white", "silver", "golden", "brown",  "purple"};
+constexpr std::array kPlaces = {"kitchen", "garden", "library", "hall",   "attic",
+                                "cellar",  "study",  "garage",  "church", "station"};
+constexpr std::array kDistractors = {"The rain did not stop.",
+                                     "Nobody said a word.",
+                                     "The clock struck nine.",
+                                     "A car passed in the street.",
+                                     "The lights went out for a moment.",
+                                     "Somebody knocked twice.",
+                                     "The wind shook the windows.",
+                                     "Tea was served in the hall.",
+                                     "The inspector took notes.",
+                                     "A train whistled far away.",
+                                     "The fire was almost out.",
+                                     "Footsteps echoed upstairs."};
+constexpr std::array kEndings = {"opened the door with the",
+                                 "showed everyone the",
+                                 "picked up the",
+                                 "looked again at the",
+                                 "hid the",
+                                 "gave the police the"};
+
+template <typename A>
+const char* pick(const A& options, Generator& g) {
+  return options[g.next_u32() % options.size()];
+}
+
+// Distinct indices into an array of n options.
+std::vector<size_t> distinct(size_t n, size_t k, Generator& g) {
+  std::vector<size_t> out;
+  while (out.size() < k) {
+    const size_t i = g.next_u32() % n;
+    if (std::find(out.begin(), out.end(), i) == out.end()) out.push_back(i);
+  }
+  return out;
+}
+
+std::string capitalised(std::string s) {
+  if (!s.empty() && s[0] >= 'a' && s[0] <= 'z') s[0] = static_cast<char>(s[0] - 'a' + 'A');
+  return s;
+}
+
+}  // namespace
+
+Split parse_split(const std::string& name) {
+  if (name == "train") return Split::train;
+  if (name == "validation" || name == "val") return Split::validation;
+  if (name == "test") return Split::test;
+  fail("split: expected train, validation or test, got \"{}\"", name);
+}
+
+const char* split_name(Split s) {
+  return s == Split::train ? "train" : s == Split::validation ? "validation" : "test";
+}
+
+std::vector<Story> detective_stories(const CorpusOptions& o) {
+  check(o.stories >= 0, "stories: must be ≥ 0, got {}", o.stories);
+  // Each split has its own stream: the seed mixed with the split through Philox.
+  const auto key = philox4x32(o.seed, 0xC0F1, static_cast<uint64_t>(o.split));
+  Generator g((static_cast<uint64_t>(key[0]) << 32) | key[1]);
+  std::vector<Story> out;
+  out.reserve(static_cast<size_t>(o.stories));
+  for (int64_t s = 0; s < o.stories; ++s) {
+    Story st;
+    const bool three = g.next_u32() % 3 == 0;
+    const bool woman_first = g.next_u32() % 2 == 0;
+    std::vector<std::pair<std::string, std::string>> chars;  // (name, pronoun)
+    const std::string woman = pick(kWomen, g), man = pick(kMen, g);
+    if (woman_first) {
+      chars = {{woman, "she"}, {man, "he"}};
+    } else {
+      chars = {{man, "he"}, {woman, "she"}};
+    }
+    if (three) chars.insert(chars.begin() + g.next_u32() % 3, {pick(kAnimals, g), "it"});
+    const auto objects = distinct(kObjects.size(), chars.size(), g);
+    const auto colours = distinct(kColours.size(), chars.size(), g);
+    const auto places = distinct(kPlaces.size(), chars.size(), g);
+    for (size_t c = 0; c < chars.size(); ++c) {
+      if (!st.text.empty()) st.text += ' ';
+      const std::string name = chars[c].first;
+      const std::string obj = std::string(kColours[colours[c]]) + " " + kObjects[objects[c]];
+      const std::string place = kPlaces[places[c]];
+      const uint32_t form = g.next_u32() % 3;
+      if (form == 2) {
+        st.text += "In the " + place + ", ";
+        st.characters.push_back(
+            {name, static_cast<int64_t>(st.text.size()), static_cast<int64_t>(name.size())});
+        st.text += name + " found a " + obj + ".";
+      } else {
+        const std::string shown = capitalised(name);
+        st.characters.push_back(
+            {name, static_cast<int64_t>(st.text.size()), static_cast<int64_t>(name.size())});
+        st.text += shown + (form == 0 ? " found a " : " saw a ") + obj +
+                   (form == 0 ? " in the " : " near the ") + place + ".";
+      }
+    }
+    const int64_t distractors = 1 + g.next_u32() % 3;
+    for (size_t idx : distinct(kDistractors.size(), static_cast<size_t>(distractors), g))
+      st.text += std::string(" ") + kDistractors[idx];
+    st.antecedent = g.next_u32() % chars.size();
+    const size_t a = static_cast<size_t>(st.antecedent);
+    st.pronoun = chars[a].second;
+    st.text += " Later ";
+    st.pronoun_offset = static_cast<int64_t>(st.text.size());
+    st.text += st.pronoun + " " + pick(kEndings, g) + " ";
+    st.answer = std::string(kColours[colours[a]]) + " " + kObjects[objects[a]];
+    st.answer_offset = static_cast<int64_t>(st.text.size());
+    st.text += st.answer + ".\n";
+    out.push_back(std::move(st));
+  }
+  return out;
+}
+
+std::string corpus_text(const std::vector<Story>& stories) {
+  std::string text;
+  for (const Story& s : stories) text += s.text;
+  return text;
+}
+
+TextSplits load_text(const std::string& corpus, int64_t train_stories, int64_t val_stories,
+                     uint64_t seed) {
+  if (corpus == "detective") {
+    return {corpus_text(detective_stories({Split::train, train_stories, seed})),
+            corpus_text(detective_stories({Split::validation, val_stories, seed}))};
+  }
+  std::ifstream in(corpus, std::ios::binary);
+  check(in.good(), "corpus: cannot read \"{}\" (expected \"detective\" or a text file)", corpus);
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  std::string text = buf.str();
+  check(text.size() >= 64, "corpus: \"{}\" holds {} bytes, too little to train on", corpus,
+        text.size());
+  const size_t cut = text.size() - text.size() / 10;
+  return {text.substr(0, cut), text.substr(cut)};
+}
+
+}  // namespace headlight::train
