@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps venv configure build demo test test-cpp test-python clean format
+.PHONY: all deps venv configure build demo test test-cpp test-python fuzz clean format
 
 all: build
 
@@ -43,6 +43,10 @@ test-python: build
 	$(PY) -m pytest python/tests -q
 
 test: test-cpp test-python
+
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	scripts/run-fuzz $(FUZZ_SECONDS) $(BUILD)/fuzz
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

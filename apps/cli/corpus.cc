@@ -37,7 +37,8 @@ void add_corpus(CLI::App& app) {
       }
       nlohmann::json chars = nlohmann::json::array();
       for (const auto& c : s.characters)
-        chars.push_back({{"name", c.name}, {"offset", c.offset}, {"length", c.length}});
+        chars.push_back(
+            {{"name", c.name}, {"offset", c.offset}, {"length", c.length}, {"pronoun", c.pronoun}});
       fmt::print("{}\n", nlohmann::json{{"text", s.text},
                                         {"characters", chars},
                                         {"antecedent", s.antecedent},

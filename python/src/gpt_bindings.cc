@@ -266,8 +266,8 @@ void bind_gpt(py::module_& m) {
       .def(
           "clip_grad_norm",
           [](PyGPT& self, double max_norm) {
-            return train::clip_grad_norm(self.model->grads(), self.model->layout().total(),
-                                         max_norm);
+            return train::clip_grad_norm(self.ctx, self.model->grads(),
+                                         self.model->layout().total(), max_norm);
           },
           py::arg("max_norm"));
 
@@ -282,7 +282,7 @@ void bind_gpt(py::module_& m) {
       .def(
           "step",
           [](train::AdamW& opt, PyGPT& model, float lr) {
-            opt.step(model.model->params(), model.model->grads(), lr);
+            opt.step(model.ctx, model.model->params(), model.model->grads(), lr);
           },
           py::arg("model"), py::arg("lr"))
       .def_property_readonly("steps", &train::AdamW::steps);

@@ -175,21 +175,24 @@ SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::str
     check(e.end <= data_size,
           "{}: tensor \"{}\": data_offsets end {} is past the end of the data ({} bytes)", what,
           name, e.end, data_size);
-    if (!index.tensors.empty()) {
-      const SafetensorsEntry& prev = index.tensors.back();
-      check(e.begin >= prev.begin,
-            "{}: tensor \"{}\": data_offsets out of order (begins at {}, before \"{}\" at {})",
-            what, name, e.begin, prev.name, prev.begin);
-      check(e.begin >= prev.end, "{}: tensor \"{}\": data_offsets [{}, {}] overlap \"{}\" [{}, {}]",
-            what, name, e.begin, e.end, prev.name, prev.begin, prev.end);
-      check(e.begin == prev.end, "{}: tensor \"{}\": a gap of {} bytes before its data", what, name,
-            e.begin - prev.end);
-    } else {
-      check(e.begin == 0, "{}: tensor \"{}\": a gap of {} bytes at the start of the data", what,
-            name, e.begin);
-    }
     index.tensors.push_back(std::move(e));
   }
+  // In header order the data must be laid out back to back: no tensor before the previous one, no
+  // overlap, no gap, the first at offset 0.
+  for (size_t i = 1; i < index.tensors.size(); ++i) {
+    const SafetensorsEntry &prev = index.tensors[i - 1], &e = index.tensors[i];
+    check(e.begin >= prev.begin,
+          "{}: tensor \"{}\": data_offsets out of order (begins at {}, before \"{}\" at {})", what,
+          e.name, e.begin, prev.name, prev.begin);
+    check(e.begin >= prev.end, "{}: tensor \"{}\": data_offsets [{}, {}] overlap \"{}\" [{}, {}]",
+          what, e.name, e.begin, e.end, prev.name, prev.begin, prev.end);
+    check(e.begin == prev.end, "{}: tensor \"{}\": a gap of {} bytes before its data", what, e.name,
+          e.begin - prev.end);
+  }
+  if (!index.tensors.empty())
+    check(index.tensors[0].begin == 0,
+          "{}: tensor \"{}\": a gap of {} bytes at the start of the data", what,
+          index.tensors[0].name, index.tensors[0].begin);
   const uint64_t used = index.tensors.empty() ? 0 : index.tensors.back().end;
   check(used == data_size, "{}: {} trailing bytes after the last tensor's data", what,
         data_size - used);

@@ -82,7 +82,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     } else {
       std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
     }
-    if (drop) detail::dropout(dres, n, c.dropout, options.seed, stream + 1);
+    if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream + 1);
     // dfc = gelu'(fc) ⊙ (dres · W_proj)
     linear_grads(ctx, {d.rows, d.F, d.C}, a.gel.ptr(), P + o.fc_proj_w, dres, dfc, false,
                  G + o.fc_proj_w, maybe(G, o.fc_proj_b));
@@ -94,14 +94,14 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
       ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), da,
                          {dx, true, G + o.ln2_w, maybe(G, o.ln2_b)});
     } else {
-      for (int64_t i = 0; i < n; ++i) da[i] += dx[i];  // m_in = ln_1(h) feeds both paths
+      detail::add(ctx, n, da, dx, da);  // m_in = ln_1(h) feeds both paths
       ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln1_w, a.ln1_mean.ptr(), a.ln1_rstd.ptr(), da,
                          {dx, false, G + o.ln1_w, maybe(G, o.ln1_b)});
     }
 
     // Attention branch: h = x + branch.
     std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
-    if (drop) detail::dropout(dres, n, c.dropout, options.seed, stream);
+    if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream);
     float* dattg = datt;
     linear_grads(ctx, {d.rows, d.H * d.hd, d.C}, a.attg.ptr(), P + o.proj_w, dres, dattg, false,
                  G + o.proj_w, maybe(G, o.proj_b));
@@ -109,18 +109,20 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     const float* gates = gates_.data() + l * d.H;
     float* dgates = gate_grads_.data() + l * d.H;
     const float* att = a.att.ptr();
-    for (int64_t h = 0; h < d.H; ++h) {
-      double sum = 0.0;
-      for (int64_t r = 0; r < d.rows; ++r) {
-        float* g = dattg + r * d.H * d.hd + h * d.hd;
-        const float* v = att + r * d.H * d.hd + h * d.hd;
-        for (int64_t j = 0; j < d.hd; ++j) {
-          sum += static_cast<double>(g[j]) * v[j];
-          g[j] *= gates[h];
+    ctx.parallel_for(d.H, [&](Range heads, int) {
+      for (int64_t h = heads.begin; h < heads.end; ++h) {
+        double sum = 0.0;
+        for (int64_t r = 0; r < d.rows; ++r) {
+          float* g = dattg + r * d.H * d.hd + h * d.hd;
+          const float* v = att + r * d.H * d.hd + h * d.hd;
+          for (int64_t j = 0; j < d.hd; ++j) {
+            sum += static_cast<double>(g[j]) * v[j];
+            g[j] *= gates[h];
+          }
         }
+        dgates[h] += static_cast<float>(sum);
       }
-      dgates[h] += static_cast<float>(sum);
-    }
+    });
     attention::AttentionParams p =
         detail::attention_params(c, d, a.qkv.ptr(), a.att.ptr(), a.lse.ptr(), s.alibi.data());
     if (drop) {
@@ -145,7 +147,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     }
   }
 
-  if (drop) detail::dropout(dx, n, c.dropout, options.seed, 0);
+  if (drop) detail::dropout(ctx, dx, n, c.dropout, options.seed, 0);
   ops::embedding_backward(ctx, {d.rows, d.C, d.V, d.T}, tokens, dx, G + off.wte,
                           c.positional == Positional::learned ? G + off.wpe : nullptr);
 }

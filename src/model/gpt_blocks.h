@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "headlight/attention/params.h"
+#include "headlight/core/thread_context.h"
 #include "headlight/model/config.h"
 #include "src/model/gpt_state.h"
 
@@ -27,7 +28,10 @@ void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::Att
 
 // x[i] ← keep_i ? x[i] / (1 − p) : 0 with keep_i = U(seed, stream, i) ≥ p. The backward of
 // dropout is the same call on the gradient.
-void dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream);
+void dropout(ThreadContext& ctx, float* x, int64_t n, float p, uint64_t seed, uint64_t stream);
+
+// out[i] = a[i] + b[i] (out may alias a or b).
+void add(ThreadContext& ctx, int64_t n, const float* a, const float* b, float* out);
 
 // The seed of layer l's attention-probability dropout for a step seed.
 uint64_t attention_dropout_seed(uint64_t seed, int64_t layer);
@@ -41,6 +45,7 @@ void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv
 void ensure_tables(const GPTConfig& c, GPT::State& s);
 
 // out[rows, H·hd] = att ⊙ gate per head (gates [H] of one layer).
-void apply_gates(const Dims& d, const float* att, const float* gates, float* out);
+void apply_gates(ThreadContext& ctx, const Dims& d, const float* att, const float* gates,
+                 float* out);
 
 }  // namespace headlight::model::detail

@@ -34,11 +34,24 @@ void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::Att
   p.dv = {dqkv + (d.H + d.G) * d.hd, d.T * d.W, d.hd, d.W};
 }
 
-void dropout(float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
-  const CounterRng rng(seed, stream);
+void dropout(ThreadContext& ctx, float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
   const float keep_scale = 1.0f / (1.0f - p);
-  for (int64_t i = 0; i < n; ++i)
-    x[i] = rng.uniform(static_cast<uint64_t>(i)) >= p ? x[i] * keep_scale : 0.0f;
+  // One Philox block gives the uniforms of four consecutive elements (CounterRng's numbering).
+  ctx.parallel_for((n + 3) / 4, [&](Range r, int) {
+    for (int64_t b = r.begin; b < r.end; ++b) {
+      const auto bits = philox4x32(seed, stream, static_cast<uint64_t>(b));
+      for (int64_t j = 0; j < 4 && 4 * b + j < n; ++j) {
+        float& v = x[4 * b + j];
+        v = uniform_from_bits(bits[static_cast<size_t>(j)]) >= p ? v * keep_scale : 0.0f;
+      }
+    }
+  });
+}
+
+void add(ThreadContext& ctx, int64_t n, const float* a, const float* b, float* out) {
+  ctx.parallel_for(n, [&](Range r, int) {
+    for (int64_t i = r.begin; i < r.end; ++i) out[i] = a[i] + b[i];
+  });
 }
 
 uint64_t attention_dropout_seed(uint64_t seed, int64_t layer) {
@@ -72,14 +85,17 @@ void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv
   p.v = {vc, 0, block * d.hd, d.hd};
 }
 
-void apply_gates(const Dims& d, const float* att, const float* gates, float* out) {
-  for (int64_t r = 0; r < d.rows; ++r)
-    for (int64_t h = 0; h < d.H; ++h) {
-      const float g = gates[h];
-      const float* a = att + r * d.H * d.hd + h * d.hd;
-      float* o = out + r * d.H * d.hd + h * d.hd;
-      for (int64_t j = 0; j < d.hd; ++j) o[j] = a[j] * g;
-    }
+void apply_gates(ThreadContext& ctx, const Dims& d, const float* att, const float* gates,
+                 float* out) {
+  ctx.parallel_for(d.rows, [&](Range range, int) {
+    for (int64_t r = range.begin; r < range.end; ++r)
+      for (int64_t h = 0; h < d.H; ++h) {
+        const float g = gates[h];
+        const float* a = att + r * d.H * d.hd + h * d.hd;
+        float* o = out + r * d.H * d.hd + h * d.hd;
+        for (int64_t j = 0; j < d.hd; ++j) o[j] = a[j] * g;
+      }
+  });
 }
 
 }  // namespace detail
@@ -143,7 +159,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     s.cache_v.resize(static_cast<size_t>(c.n_layer));
   }
   ops::embedding_forward(ctx, {d.rows, d.C, d.V, d.T}, tokens, P + off.wte, pos, x0);
-  if (drop) detail::dropout(x0, d.rows * d.C, c.dropout, options.seed, 0);
+  if (drop) detail::dropout(ctx, x0, d.rows * d.C, c.dropout, options.seed, 0);
 
   float* branch = s.dres.get(d.rows * d.C);  // a residual branch's output before it is added
   for (int64_t l = 0; l < c.n_layer; ++l) {
@@ -180,12 +196,12 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     }
     attention::forward(ctx, p, options.kernel);
     float* attg = a.attg.get(d.rows * d.H * d.hd);
-    detail::apply_gates(d, att, gates_.data() + l * d.H, attg);
+    detail::apply_gates(ctx, d, att, gates_.data() + l * d.H, attg);
     ops::linear_forward(ctx, {d.rows, d.H * d.hd, d.C}, attg, d.H * d.hd, P + o.proj_w,
                         maybe(P, o.proj_b), branch, d.C);
-    if (drop) detail::dropout(branch, d.rows * d.C, c.dropout, options.seed, stream);
+    if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream);
     float* h = a.h.get(d.rows * d.C);
-    for (int64_t i = 0; i < d.rows * d.C; ++i) h[i] = x[i] + branch[i];
+    detail::add(ctx, d.rows * d.C, x, branch, h);
 
     // MLP branch.
     const float* m_in;
@@ -204,12 +220,12 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     ops::gelu_forward(ctx, d.rows * d.F, fc, gel);
     ops::linear_forward(ctx, {d.rows, d.F, d.C}, gel, d.F, P + o.fc_proj_w, maybe(P, o.fc_proj_b),
                         branch, d.C);
-    if (drop) detail::dropout(branch, d.rows * d.C, c.dropout, options.seed, stream + 1);
+    if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream + 1);
     if (c.norm_first) {
-      for (int64_t i = 0; i < d.rows * d.C; ++i) out[i] = h[i] + branch[i];
+      detail::add(ctx, d.rows * d.C, h, branch, out);
     } else {
       float* h2 = a.h2.get(d.rows * d.C);
-      for (int64_t i = 0; i < d.rows * d.C; ++i) h2[i] = m_in[i] + branch[i];
+      detail::add(ctx, d.rows * d.C, m_in, branch, h2);
       ops::norm_forward(ctx, ns, h2, P + o.ln2_w, maybe(P, o.ln2_b), out, a.ln2_mean.get(d.rows),
                         a.ln2_rstd.get(d.rows));
     }

@@ -107,13 +107,13 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
       const uint32_t form = g.next_u32() % 3;
       if (form == 2) {
         st.text += "In the " + place + ", ";
-        st.characters.push_back(
-            {name, static_cast<int64_t>(st.text.size()), static_cast<int64_t>(name.size())});
+        st.characters.push_back({name, static_cast<int64_t>(st.text.size()),
+                                 static_cast<int64_t>(name.size()), chars[c].second});
         st.text += name + " found a " + obj + ".";
       } else {
         const std::string shown = capitalised(name);
-        st.characters.push_back(
-            {name, static_cast<int64_t>(st.text.size()), static_cast<int64_t>(name.size())});
+        st.characters.push_back({name, static_cast<int64_t>(st.text.size()),
+                                 static_cast<int64_t>(name.size()), chars[c].second});
         st.text += shown + (form == 0 ? " found a " : " saw a ") + obj +
                    (form == 0 ? " in the " : " near the ") + place + ".";
       }

@@ -2,6 +2,7 @@
 
 #include "headlight/train/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace headlight::train {
@@ -16,7 +17,7 @@ AdamW::AdamW(const model::ParameterLayout& layout, const AdamWConfig& config)
       std::fill(decay_.begin() + e.offset, decay_.begin() + e.offset + e.numel, uint8_t{1});
 }
 
-void AdamW::step(float* params, const float* grads, float lr) {
+void AdamW::step(ThreadContext& ctx, float* params, const float* grads, float lr) {
   ++steps_;
   const float b1 = config_.beta1, b2 = config_.beta2;
   const double t = static_cast<double>(steps_);
@@ -24,27 +25,43 @@ void AdamW::step(float* params, const float* grads, float lr) {
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
   const float step_size = lr / bc1;
   const float decay = 1.0f - lr * config_.weight_decay;
-  const size_t n = m_.size();
-  for (size_t i = 0; i < n; ++i) {
-    float p = params[i];
-    if (decay_[i]) p *= decay;
-    const float g = grads[i];
-    m_[i] = b1 * m_[i] + (1.0f - b1) * g;
-    v_[i] = b2 * v_[i] + (1.0f - b2) * g * g;
-    const float denom = std::sqrt(v_[i]) / bc2_sqrt + config_.eps;
-    params[i] = p - step_size * m_[i] / denom;
-  }
+  float* m = m_.data();
+  float* v = v_.data();
+  const uint8_t* dec = decay_.data();
+  ctx.parallel_for(static_cast<int64_t>(m_.size()), [&](Range r, int) {
+    for (int64_t i = r.begin; i < r.end; ++i) {
+      const float p = dec[i] ? params[i] * decay : params[i];
+      const float g = grads[i];
+      m[i] = b1 * m[i] + (1.0f - b1) * g;
+      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
+      const float denom = std::sqrt(v[i]) / bc2_sqrt + config_.eps;
+      params[i] = p - step_size * m[i] / denom;
+    }
+  });
 }
 
-double clip_grad_norm(float* grads, int64_t n, double max_norm) {
+double clip_grad_norm(ThreadContext& ctx, float* grads, int64_t n, double max_norm) {
+  constexpr int64_t kChunk = 4096;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<size_t>(chunks));
+  ctx.parallel_for(chunks, [&](Range r, int) {
+    for (int64_t c = r.begin; c < r.end; ++c) {
+      double sum = 0.0;
+      for (int64_t i = c * kChunk; i < std::min(n, (c + 1) * kChunk); ++i)
+        sum += static_cast<double>(grads[i]) * grads[i];
+      partial[static_cast<size_t>(c)] = sum;
+    }
+  });
   double sum = 0.0;
-  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(grads[i]) * grads[i];
+  for (double p : partial) sum += p;
   const double norm = std::sqrt(sum);
   if (max_norm > 0.0) {
     const double coef = max_norm / (norm + 1e-6);
     if (coef < 1.0) {
       const float c = static_cast<float>(coef);
-      for (int64_t i = 0; i < n; ++i) grads[i] *= c;
+      ctx.parallel_for(n, [&](Range r, int) {
+        for (int64_t i = r.begin; i < r.end; ++i) grads[i] *= c;
+      });
     }
   }
   return norm;

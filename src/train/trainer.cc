@@ -158,9 +158,9 @@ TrainResult train_model(ThreadContext& ctx, model::GPT& m, const model::Tokenize
     m.zero_grads();
     const double loss =
         m.forward_backward(ctx, b.tokens.data(), b.targets.data(), o.batch, seq, fo);
-    const double norm = clip_grad_norm(m.grads(), m.layout().total(), o.grad_clip);
+    const double norm = clip_grad_norm(ctx, m.grads(), m.layout().total(), o.grad_clip);
     const float lr = o.schedule.at(step);
-    opt.step(m.params(), m.grads(), lr);
+    opt.step(ctx, m.params(), m.grads(), lr);
     ++step;
     recent += loss;
     ++recent_n;

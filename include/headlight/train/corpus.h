@@ -26,6 +26,7 @@ struct Mention {
   std::string name;    // "Maria", "John", "the dog"
   int64_t offset = 0;  // byte offset of the name's first byte in the story
   int64_t length = 0;
+  std::string pronoun;  // "she", "he" or "it"
 };
 
 struct Story {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "headlight/core/thread_context.h"
 #include "headlight/model/parameters.h"
 
 namespace headlight::train {
@@ -23,7 +24,8 @@ struct AdamWConfig {
 class AdamW {
  public:
   AdamW(const model::ParameterLayout& layout, const AdamWConfig& config);
-  void step(float* params, const float* grads, float lr);
+  // Elementwise, split over the context's threads.
+  void step(ThreadContext& ctx, float* params, const float* grads, float lr);
   int64_t steps() const { return steps_; }
   const AdamWConfig& config() const { return config_; }
   // The moments, [layout.total()] each, for checkpoints.
@@ -40,7 +42,8 @@ class AdamW {
 
 // torch.nn.utils.clip_grad_norm_: the L2 norm of all gradients (returned, before clipping); when
 // it exceeds max_norm the gradients are scaled by max_norm / (norm + 1e-6). max_norm ≤ 0: no clip.
-double clip_grad_norm(float* grads, int64_t n, double max_norm);
+// The sum of squares goes through fixed chunks in order: the same bits for any thread count.
+double clip_grad_norm(ThreadContext& ctx, float* grads, int64_t n, double max_norm);
 
 // nanoGPT's schedule: linear warmup lr·(step + 1)/(warmup + 1) for step < warmup, then a cosine
 // from lr down to min_lr at step total, min_lr after.

@@ -1,0 +1,250 @@
+// GPT: loading from a TensorSource (every kind of bad checkpoint content), determinism across
+// thread counts, KV-cache decoding against the full forward, dropout, and tokenizers.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "headlight/model/gpt.h"
+#include "headlight/model/sampling.h"
+#include "headlight/model/tokenizer.h"
+#include "test_util.h"
+
+namespace headlight::model {
+namespace {
+
+using testing::expect_error;
+
+// Weights from memory, as a test double for a checkpoint file.
+class MapSource : public TensorSource {
+ public:
+  std::map<std::string, std::pair<Shape, std::vector<float>>> tensors;
+  std::map<std::string, std::string> meta;
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    for (const auto& [k, v] : tensors) out.push_back(k);
+    return out;
+  }
+  bool contains(const std::string& n) const override { return tensors.count(n) > 0; }
+  Shape shape(const std::string& n) const override { return tensors.at(n).first; }
+  void read_f32(const std::string& n, float* dst) const override {
+    const auto& v = tensors.at(n).second;
+    std::memcpy(dst, v.data(), v.size() * sizeof(float));
+  }
+  std::optional<std::string> metadata(const std::string& k) const override {
+    const auto it = meta.find(k);
+    if (it == meta.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+GPTConfig small_config() {
+  GPTConfig c;
+  c.vocab_size = 37;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 2;
+  c.n_embd = 32;
+  c.block_size = 24;
+  c.positional = Positional::rope;
+  return c;
+}
+
+MapSource source_of(const GPT& m) {
+  MapSource s;
+  for (const auto& e : m.layout().entries())
+    s.tensors[e.name] = {
+        e.shape, std::vector<float>(m.params() + e.offset, m.params() + e.offset + e.numel)};
+  s.meta["headlight.config"] = to_json(m.config());
+  return s;
+}
+
+std::vector<int32_t> tokens_for(int64_t n, int64_t vocab, uint64_t seed) {
+  Generator g(seed);
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  for (auto& x : t) x = static_cast<int32_t>(g.next_u32() % static_cast<uint32_t>(vocab));
+  return t;
+}
+
+TEST(GPT, LoadsItsOwnWeights) {
+  GPT a(small_config(), 1);
+  const MapSource s = source_of(a);
+  GPT b(s);
+  EXPECT_EQ(std::memcmp(a.params(), b.params(), sizeof(float) * a.layout().total()), 0);
+}
+
+TEST(GPT, RejectsBadCheckpointContents) {
+  GPT a(small_config(), 1);
+  {
+    MapSource s = source_of(a);
+    s.tensors.erase("transformer.h.1.mlp.c_fc.weight");
+    expect_error([&] { GPT m(s); }, {"missing tensor \"transformer.h.1.mlp.c_fc.weight\""});
+  }
+  {
+    MapSource s = source_of(a);
+    s.tensors["transformer.h.9.extra"] = {{1}, {0.0f}};
+    expect_error([&] { GPT m(s); }, {"unexpected tensor \"transformer.h.9.extra\""});
+  }
+  {
+    MapSource s = source_of(a);
+    s.tensors["lm_head.weight"] = {{37, 32}, std::vector<float>(37 * 32)};
+    expect_error([&] { GPT m(s); }, {"unexpected tensor \"lm_head.weight\"", "tied"});
+  }
+  {
+    MapSource s = source_of(a);
+    s.tensors["transformer.wte.weight"].first = {32, 37};
+    expect_error([&] { GPT m(s); }, {"transformer.wte.weight", "[32, 37]", "[37, 32]"});
+  }
+  {
+    MapSource s = source_of(a);
+    s.meta.clear();
+    expect_error([&] { GPT m(s); }, {"missing \"headlight.config\""});
+  }
+  {
+    MapSource s = source_of(a);
+    GPTConfig bad = small_config();
+    s.meta["headlight.config"] = to_json(bad);
+    s.meta["headlight.config"].replace(s.meta["headlight.config"].find("\"n_embd\":32"), 11,
+                                       "\"n_embd\":30");
+    expect_error([&] { GPT m(s); }, {"n_embd: 30 is not divisible by n_head 4"});
+  }
+  {
+    MapSource s = source_of(a);
+    s.meta["headlight.config"] = "{\"vocab_size\": 37";
+    expect_error([&] { GPT m(s); }, {"headlight.config", "not valid JSON"});
+  }
+  {
+    MapSource s = source_of(a);
+    s.meta["headlight.config"] = R"({"vocab_size": 37, "n_layer": 2})";
+    expect_error([&] { GPT m(s); }, {"missing \"n_head\""});
+  }
+  {
+    MapSource s = source_of(a);
+    s.meta["headlight.config"] =
+        R"({"vocab_size":37,"n_layer":2,"n_head":4,"n_kv_head":3,"n_embd":32,"block_size":24})";
+    expect_error([&] { GPT m(s); }, {"n_kv_head: 3"});
+  }
+}
+
+TEST(GPT, TrainingStepIsBitwiseTheSameForAnyThreadCount) {
+  GPTConfig c = small_config();
+  c.dropout = 0.1f;
+  const auto x = tokens_for(3 * 24, c.vocab_size, 5), y = tokens_for(3 * 24, c.vocab_size, 6);
+  ForwardOptions o;
+  o.train = true;
+  o.seed = 99;
+  std::vector<std::vector<float>> grads;
+  std::vector<double> losses;
+  for (int threads : {1, 2, 3}) {
+    GPT m(c, 3);
+    ThreadContext ctx(threads);
+    losses.push_back(m.forward_backward(ctx, x.data(), y.data(), 3, 24, o));
+    grads.emplace_back(m.grads(), m.grads() + m.layout().total());
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  EXPECT_EQ(losses[0], losses[2]);
+  EXPECT_EQ(grads[0], grads[1]);
+  EXPECT_EQ(grads[0], grads[2]);
+}
+
+TEST(GPT, DropoutIsSeededAndOffInEvaluation) {
+  GPTConfig c = small_config();
+  c.dropout = 0.2f;
+  GPT m(c, 3);
+  ThreadContext ctx(2);
+  const auto x = tokens_for(24, c.vocab_size, 5), y = tokens_for(24, c.vocab_size, 6);
+  ForwardOptions train;
+  train.train = true;
+  train.seed = 1;
+  const double a = m.loss(ctx, x.data(), y.data(), 1, 24, train);
+  const double b = m.loss(ctx, x.data(), y.data(), 1, 24, train);
+  train.seed = 2;
+  const double other = m.loss(ctx, x.data(), y.data(), 1, 24, train);
+  const double eval1 = m.loss(ctx, x.data(), y.data(), 1, 24);
+  const double eval2 = m.loss(ctx, x.data(), y.data(), 1, 24);
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, other);
+  EXPECT_NE(a, eval1);
+  EXPECT_EQ(eval1, eval2);
+}
+
+TEST(GPT, CachedDecodingMatchesTheFullForward) {
+  for (Positional pos : {Positional::learned, Positional::rope, Positional::alibi,
+                         Positional::sinusoidal, Positional::none}) {
+    GPTConfig c = small_config();
+    c.positional = pos;
+    GPT m(c, 7);
+    ThreadContext ctx(2);
+    const auto t = tokens_for(20, c.vocab_size, 8);
+    const float* full = m.forward(ctx, t.data(), 1, 20);
+    std::vector<float> want(full, full + 20 * c.vocab_size);
+    m.reset_cache();
+    m.decode(ctx, t.data(), 11);  // a prompt of 11, then one token at a time
+    for (int64_t i = 11; i < 20; ++i) {
+      const float* got = m.decode(ctx, t.data() + i, 1);
+      for (int64_t v = 0; v < c.vocab_size; ++v)
+        ASSERT_NEAR(got[v], want[static_cast<size_t>(i * c.vocab_size + v)], 2e-5)
+            << positional_name(pos) << " position " << i;
+    }
+    EXPECT_EQ(m.cache_length(), 20);
+    expect_error([&] { m.decode(ctx, t.data(), 5); }, {"block_size 24"});
+  }
+}
+
+TEST(GPT, GateZeroRemovesAHeadAndItsGradientIsExact) {
+  GPTConfig c = small_config();
+  c.n_kv_head = 4;
+  GPT m(c, 4);
+  ThreadContext ctx(1);
+  const auto x = tokens_for(24, c.vocab_size, 1), y = tokens_for(24, c.vocab_size, 2);
+  m.zero_grads();
+  m.forward_backward(ctx, x.data(), y.data(), 1, 24);
+  const double g = m.gate_grads()[5];
+  // Central difference of the loss in gate (layer 1, head 1).
+  const float h = 1e-2f;
+  m.gates()[5] = 1.0f + h;
+  const double up = m.loss(ctx, x.data(), y.data(), 1, 24);
+  m.gates()[5] = 1.0f - h;
+  const double down = m.loss(ctx, x.data(), y.data(), 1, 24);
+  EXPECT_NEAR(g, (up - down) / (2 * h), 2e-3 * std::max(1.0, std::abs(g)));
+}
+
+TEST(Tokenizer, RoundTripsAndSerialises) {
+  const std::string text = "the cat sat on the mat; the cat ate 42 rats.\n";
+  std::string corpus;
+  for (int i = 0; i < 50; ++i) corpus += text;
+  const Tokenizer bpe = Tokenizer::train_bpe(corpus, 300);
+  EXPECT_TRUE(bpe.is_bpe());
+  EXPECT_LE(bpe.vocab_size(), 300);
+  std::string all_bytes;
+  for (int b = 0; b < 256; ++b) all_bytes += static_cast<char>(b);
+  for (const Tokenizer& t : {Tokenizer::byte_level(), bpe, Tokenizer::from_json(bpe.to_json())}) {
+    EXPECT_EQ(t.decode(t.encode(corpus)), corpus);
+    EXPECT_EQ(t.decode(t.encode(all_bytes)), all_bytes);
+  }
+  EXPECT_LT(bpe.encode(corpus).size(), corpus.size() / 3);
+  EXPECT_EQ(Tokenizer::from_json(bpe.to_json()).encode(corpus), bpe.encode(corpus));
+  expect_error([] { Tokenizer::from_json(R"({"type":"bpe","merges":[[0,300]]})"); },
+               {"not yet defined"});
+  expect_error([] { Tokenizer::from_json(R"({"type":"wordpiece"})"); }, {"unknown type"});
+  expect_error([&] { bpe.decode(std::vector<int32_t>{1000}); }, {"tokens: id 1000"});
+}
+
+TEST(Sampling, GreedyTopKAndTopP) {
+  const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.9f};
+  Generator g(1);
+  EXPECT_EQ(sample_token(logits, {0.0f, 0, 1.0f, 0}, g), 1);
+  int counts[4] = {0, 0, 0, 0};
+  for (int i = 0; i < 2000; ++i) ++counts[sample_token(logits, {1.0f, 2, 1.0f, 0}, g)];
+  EXPECT_EQ(counts[0] + counts[2], 0);  // top-2 keeps tokens 1 and 3 only
+  EXPECT_GT(counts[3], 700);
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(sample_token(logits, {1.0f, 0, 0.3f, 0}, g), 1);
+  expect_error([] { validate(SamplingOptions{-1.0f, 0, 1.0f, 0}); }, {"temperature"});
+}
+
+}  // namespace
+}  // namespace headlight::model

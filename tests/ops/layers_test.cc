@@ -1,0 +1,169 @@
+// The per-row layers against double-precision loops and central differences: layer/RMS norm,
+// GELU, embeddings and cross-entropy, forward and backward; and their thread-count determinism.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "headlight/ops/layers.h"
+#include "test_util.h"
+
+namespace headlight::ops {
+namespace {
+
+using testing::random_tensor;
+
+// y of the norm in double, for one row.
+std::vector<double> norm_row(NormKind kind, const float* x, const float* w, const float* b,
+                             int64_t n, double eps = 1e-5) {
+  double mean = 0, var = 0;
+  if (kind == NormKind::layer_norm) {
+    for (int64_t i = 0; i < n; ++i) mean += x[i];
+    mean /= static_cast<double>(n);
+  }
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  const double rstd = 1.0 / std::sqrt(var / static_cast<double>(n) + eps);
+  std::vector<double> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i] + (b ? b[i] : 0.0);
+  return y;
+}
+
+class NormTest : public ::testing::TestWithParam<NormKind> {};
+
+TEST_P(NormTest, ForwardAndBackwardMatchDoubleAndFiniteDifferences) {
+  const NormKind kind = GetParam();
+  const int64_t rows = 37, cols = 45;
+  Tensor x = random_tensor({rows, cols}, 1), w = random_tensor({cols}, 2),
+         b = random_tensor({cols}, 3);
+  Tensor dy = random_tensor({rows, cols}, 4);
+  const float* bias = kind == NormKind::layer_norm ? b.data() : nullptr;
+  ThreadContext ctx(2);
+  std::vector<float> y(rows * cols), mean(rows), rstd(rows);
+  const NormShape s{kind, rows, cols};
+  norm_forward(ctx, s, x.data(), w.data(), bias, y.data(), mean.data(), rstd.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto want = norm_row(kind, x.data() + r * cols, w.data(), bias, cols);
+    for (int64_t c = 0; c < cols; ++c) ASSERT_NEAR(y[r * cols + c], want[c], 1e-5);
+  }
+  std::vector<float> dx(rows * cols), dw(cols, 0.0f), db(cols, 0.0f);
+  norm_backward(ctx, s, x.data(), w.data(), mean.data(), rstd.data(), dy.data(),
+                {dx.data(), false, dw.data(), bias ? db.data() : nullptr});
+  // L = Σ dy ⊙ y; central differences in x (a few entries) and w.
+  auto loss = [&](const float* xx, const float* ww) {
+    double l = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto yr = norm_row(kind, xx + r * cols, ww, bias, cols);
+      for (int64_t c = 0; c < cols; ++c) l += dy.data()[r * cols + c] * yr[c];
+    }
+    return l;
+  };
+  const float h = 1e-2f;
+  for (int64_t i : {int64_t{0}, int64_t{17}, int64_t{300}, rows * cols - 1}) {
+    std::vector<float> xp(x.data(), x.data() + rows * cols), xm = xp;
+    xp[i] += h;
+    xm[i] -= h;
+    EXPECT_NEAR(dx[i], (loss(xp.data(), w.data()) - loss(xm.data(), w.data())) / (2 * h), 2e-3);
+  }
+  for (int64_t c : {int64_t{0}, int64_t{20}, cols - 1}) {
+    std::vector<float> wp(w.data(), w.data() + cols), wm = wp;
+    wp[c] += h;
+    wm[c] -= h;
+    EXPECT_NEAR(dw[c], (loss(x.data(), wp.data()) - loss(x.data(), wm.data())) / (2 * h), 2e-3);
+  }
+  if (bias) {
+    double want = 0;
+    for (int64_t r = 0; r < rows; ++r) want += dy.data()[r * cols + 3];
+    EXPECT_NEAR(db[3], want, 1e-4);
+  }
+  // The same bits with one thread.
+  ThreadContext one(1);
+  std::vector<float> dx1(rows * cols), dw1(cols, 0.0f), db1(cols, 0.0f);
+  norm_backward(one, s, x.data(), w.data(), mean.data(), rstd.data(), dy.data(),
+                {dx1.data(), false, dw1.data(), bias ? db1.data() : nullptr});
+  EXPECT_EQ(dx, dx1);
+  EXPECT_EQ(dw, dw1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Kinds, NormTest,
+                         ::testing::Values(NormKind::layer_norm, NormKind::rms_norm));
+
+TEST(Gelu, MatchesTheTanhFormulaAndItsDerivative) {
+  const int64_t n = 1000 + 7;  // a tail past the vector length
+  std::vector<float> x(n), y(n), dy(n, 1.0f), dx(n);
+  for (int64_t i = 0; i < n; ++i) x[i] = -8.0f + 16.0f * static_cast<float>(i) / n;
+  ThreadContext ctx(2);
+  gelu_forward(ctx, n, x.data(), y.data());
+  gelu_backward(ctx, n, x.data(), dy.data(), dx.data());
+  auto g = [](double v) {
+    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  };
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_NEAR(y[i], g(x[i]), 2e-6 * std::max(1.0, std::abs(g(x[i])))) << x[i];
+    const double h = 1e-4;
+    ASSERT_NEAR(dx[i], (g(x[i] + h) - g(x[i] - h)) / (2 * h), 1e-4) << x[i];
+  }
+}
+
+TEST(CrossEntropy, MeanOverCountedRowsAndItsGradient) {
+  const int64_t rows = 41, vocab = 67;
+  Tensor logits = random_tensor({rows, vocab}, 9);
+  for (int64_t i = 0; i < rows * vocab; ++i) logits.data()[i] *= 5.0f;
+  std::vector<int32_t> targets(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    targets[r] = r % 5 == 0 ? -1 : static_cast<int32_t>((r * 7) % vocab);
+  ThreadContext ctx(2);
+  std::vector<float> d(rows * vocab);
+  const double loss = cross_entropy(ctx, {rows, vocab}, logits.data(), targets.data(), d.data());
+  double want = 0;
+  int counted = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    if (targets[r] < 0) continue;
+    const float* row = logits.data() + r * vocab;
+    double m = row[0], s = 0;
+    for (int64_t c = 0; c < vocab; ++c) m = std::max(m, static_cast<double>(row[c]));
+    for (int64_t c = 0; c < vocab; ++c) s += std::exp(row[c] - m);
+    want += m + std::log(s) - row[targets[r]];
+    ++counted;
+    for (int64_t c = 0; c < vocab; ++c) {
+      const double p = std::exp(row[c] - m) / s - (c == targets[r] ? 1.0 : 0.0);
+      ASSERT_NEAR(d[r * vocab + c], p / 32.0, 1e-6);  // 32 of the 41 rows count
+    }
+  }
+  EXPECT_NEAR(loss, want / counted, 1e-5);
+  for (int64_t c = 0; c < vocab; ++c) EXPECT_EQ(d[0 * vocab + c], 0.0f);  // an ignored row
+  testing::expect_error(
+      [&] {
+        targets[3] = static_cast<int32_t>(vocab);
+        cross_entropy(ctx, {rows, vocab}, logits.data(), targets.data(), nullptr);
+      },
+      {"targets: id 67 at position 3"});
+}
+
+TEST(Embedding, GathersAndScattersInOrder) {
+  const int64_t T = 5, B = 2, dim = 3, vocab = 4;
+  const std::vector<int32_t> tokens = {0, 3, 3, 1, 0, 2, 2, 2, 3, 1};
+  Tensor wte = random_tensor({vocab, dim}, 1), pos = random_tensor({T, dim}, 2);
+  ThreadContext ctx(2);
+  std::vector<float> x(B * T * dim);
+  const EmbeddingShape s{B * T, dim, vocab, T};
+  embedding_forward(ctx, s, tokens.data(), wte.data(), pos.data(), x.data());
+  for (int64_t r = 0; r < B * T; ++r)
+    for (int64_t c = 0; c < dim; ++c)
+      EXPECT_EQ(x[r * dim + c], wte.data()[tokens[r] * dim + c] + pos.data()[(r % T) * dim + c]);
+  std::vector<float> dwte(vocab * dim, 0.0f), dpos(T * dim, 0.0f);
+  std::vector<float> ones(B * T * dim, 1.0f);
+  embedding_backward(ctx, s, tokens.data(), ones.data(), dwte.data(), dpos.data());
+  EXPECT_EQ(dwte[3 * dim], 3.0f);  // token 3 appears three times
+  EXPECT_EQ(dwte[2 * dim], 3.0f);
+  EXPECT_EQ(dpos[0], 2.0f);  // each position once per sequence
+  const std::vector<int32_t> bad = {0, 4};
+  testing::expect_error(
+      [&] {
+        embedding_forward(ctx, {2, dim, vocab, 2}, bad.data(), wte.data(), nullptr, x.data());
+      },
+      {"tokens: id 4 at position 1"});
+}
+
+}  // namespace
+}  // namespace headlight::ops
