@@ -66,6 +66,96 @@ inline void GeluBackward(const float* HWY_RESTRICT x, const float* dy, float* dx
   for (; i < n; ++i) dx[i] = GeluGradScalar(x[i]) * dy[i];
 }
 
+// One row of a norm (layer: subtract the mean; RMS: no mean): y = (x − μ)·rstd·w + b (b may be
+// null). Returns rstd and writes μ. Sums in float vectors, the mean first, then the centred
+// squares.
+inline float NormRow(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w,
+                     const float* HWY_RESTRICT b, float* HWY_RESTRICT y, int64_t n, bool center,
+                     float eps, float* mean_out) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  float mean = 0.0f;
+  int64_t i = 0;
+  if (center) {
+    auto acc = hn::Zero(d);
+    double tail = 0.0;
+    for (; i + L <= n; i += L) acc = hn::Add(acc, hn::LoadU(d, x + i));
+    for (; i < n; ++i) tail += x[i];
+    mean =
+        static_cast<float>((hn::GetLane(hn::SumOfLanes(d, acc)) + tail) / static_cast<double>(n));
+  }
+  const auto vm = hn::Set(d, mean);
+  auto sq = hn::Zero(d);
+  double tail = 0.0;
+  for (i = 0; i + L <= n; i += L) {
+    const auto t = hn::Sub(hn::LoadU(d, x + i), vm);
+    sq = hn::MulAdd(t, t, sq);
+  }
+  for (; i < n; ++i) tail += static_cast<double>(x[i] - mean) * (x[i] - mean);
+  const double var = (hn::GetLane(hn::SumOfLanes(d, sq)) + tail) / static_cast<double>(n);
+  const float rstd = static_cast<float>(1.0 / std::sqrt(var + eps));
+  const auto vr = hn::Set(d, rstd);
+  for (i = 0; i + L <= n; i += L) {
+    auto v = hn::Mul(hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vr), hn::LoadU(d, w + i));
+    if (b) v = hn::Add(v, hn::LoadU(d, b + i));
+    hn::StoreU(v, d, y + i);
+  }
+  for (; i < n; ++i) y[i] = (x[i] - mean) * rstd * w[i] + (b ? b[i] : 0.0f);
+  *mean_out = mean;
+  return rstd;
+}
+
+// The backward of one norm row: with x̂ = (x − μ)·rstd and g = dy ⊙ w,
+//   dx = rstd · (g − mean(g)·[center] − x̂ · mean(g ⊙ x̂))   (stored, or added when accumulate)
+//   pw += dy ⊙ x̂,  pb += dy                                  (when pw is non-null)
+inline void NormRowBackward(const float* HWY_RESTRICT x, const float* HWY_RESTRICT w,
+                            const float* HWY_RESTRICT dy, float mean, float rstd, int64_t n,
+                            bool center, float* dx, bool accumulate, float* pw, float* pb) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto vm = hn::Set(d, mean), vr = hn::Set(d, rstd);
+  auto sg = hn::Zero(d), sgx = hn::Zero(d);
+  double tg = 0.0, tgx = 0.0;
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vr);
+    const auto dyv = hn::LoadU(d, dy + i);
+    const auto g = hn::Mul(dyv, hn::LoadU(d, w + i));
+    sg = hn::Add(sg, g);
+    sgx = hn::MulAdd(g, xh, sgx);
+    if (pw) {
+      hn::StoreU(hn::MulAdd(dyv, xh, hn::LoadU(d, pw + i)), d, pw + i);
+      hn::StoreU(hn::Add(dyv, hn::LoadU(d, pb + i)), d, pb + i);
+    }
+  }
+  for (; i < n; ++i) {
+    const float xh = (x[i] - mean) * rstd, g = dy[i] * w[i];
+    tg += g;
+    tgx += static_cast<double>(g) * xh;
+    if (pw) {
+      pw[i] += dy[i] * xh;
+      pb[i] += dy[i];
+    }
+  }
+  if (!dx) return;
+  const float mg =
+      center ? static_cast<float>((hn::GetLane(hn::SumOfLanes(d, sg)) + tg) / n) : 0.0f;
+  const float mgx = static_cast<float>((hn::GetLane(hn::SumOfLanes(d, sgx)) + tgx) / n);
+  const auto vmg = hn::Set(d, mg), vmgx = hn::Set(d, mgx);
+  for (i = 0; i + L <= n; i += L) {
+    const auto xh = hn::Mul(hn::Sub(hn::LoadU(d, x + i), vm), vr);
+    const auto g = hn::Mul(hn::LoadU(d, dy + i), hn::LoadU(d, w + i));
+    auto v = hn::Mul(vr, hn::Sub(hn::Sub(g, vmg), hn::Mul(xh, vmgx)));
+    if (accumulate) v = hn::Add(v, hn::LoadU(d, dx + i));
+    hn::StoreU(v, d, dx + i);
+  }
+  for (; i < n; ++i) {
+    const float xh = (x[i] - mean) * rstd;
+    const float v = rstd * (dy[i] * w[i] - mg - xh * mgx);
+    dx[i] = accumulate ? dx[i] + v : v;
+  }
+}
+
 // log Σ exp(x) over a row of n finite floats; with p non-null also p = softmax(x) (p may be x).
 inline float RowLogSumExp(const float* x, int64_t n, float* p) {
   const hn::ScalableTag<float> d;

@@ -22,6 +22,15 @@ void GeluBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n)
 float RowLogSumExpDispatch(const float* x, int64_t n, float* p) {
   return RowLogSumExp(x, n, p);
 }
+float NormRowDispatch(const float* x, const float* w, const float* b, float* y, int64_t n,
+                      bool center, float eps, float* mean) {
+  return NormRow(x, w, b, y, n, center, eps, mean);
+}
+void NormRowBackwardDispatch(const float* x, const float* w, const float* dy, float mean,
+                             float rstd, int64_t n, bool center, float* dx, bool accumulate,
+                             float* pw, float* pb) {
+  NormRowBackward(x, w, dy, mean, rstd, n, center, dx, accumulate, pw, pb);
+}
 
 }  // namespace HWY_NAMESPACE
 }  // namespace headlight
@@ -41,6 +50,8 @@ namespace headlight {
 HWY_EXPORT(GeluForwardDispatch);
 HWY_EXPORT(GeluBackwardDispatch);
 HWY_EXPORT(RowLogSumExpDispatch);
+HWY_EXPORT(NormRowDispatch);
+HWY_EXPORT(NormRowBackwardDispatch);
 
 namespace ops {
 namespace {
@@ -68,32 +79,20 @@ void add_partials(ThreadContext& ctx, const float* partial, int64_t nchunks, int
 
 void norm_forward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
                   const float* bias, float* y, float* mean, float* rstd) {
-  const bool layer = s.kind == NormKind::layer_norm;
+  const bool center = s.kind == NormKind::layer_norm;
   ctx.parallel_for(s.rows, [&](Range range, int) {
     for (int64_t r = range.begin; r < range.end; ++r) {
-      const float* xr = x + r * s.cols;
-      float* yr = y + r * s.cols;
-      double sum = 0.0, sum_sq = 0.0;
-      for (int64_t c = 0; c < s.cols; ++c) sum += xr[c];
-      const double mu = layer ? sum / static_cast<double>(s.cols) : 0.0;
-      for (int64_t c = 0; c < s.cols; ++c) {
-        const double t = xr[c] - mu;
-        sum_sq += t * t;
-      }
-      const float rs =
-          static_cast<float>(1.0 / std::sqrt(sum_sq / static_cast<double>(s.cols) + s.eps));
-      const float m = static_cast<float>(mu);
-      for (int64_t c = 0; c < s.cols; ++c)
-        yr[c] = (xr[c] - m) * rs * weight[c] + (bias ? bias[c] : 0.0f);
+      float m;
+      rstd[r] = HWY_DYNAMIC_DISPATCH(NormRowDispatch)(x + r * s.cols, weight, bias, y + r * s.cols,
+                                                      s.cols, center, s.eps, &m);
       if (mean) mean[r] = m;
-      rstd[r] = rs;
     }
   });
 }
 
 void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
                    const float* mean, const float* rstd, const float* dy, const NormGrads& g) {
-  const bool layer = s.kind == NormKind::layer_norm;
+  const bool center = s.kind == NormKind::layer_norm;
   const int64_t n = chunks(s.rows);
   const bool params = g.dweight || g.dbias;
   // partial[2, nchunks, cols]: dweight then dbias sums of each chunk of rows.
@@ -107,31 +106,10 @@ void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const
       std::memset(pb, 0, sizeof(float) * static_cast<size_t>(s.cols));
     }
     const int64_t end = std::min(s.rows, (chunk + 1) * kChunkRows);
-    for (int64_t r = chunk * kChunkRows; r < end; ++r) {
-      const float* xr = x + r * s.cols;
-      const float* dyr = dy + r * s.cols;
-      const float m = layer ? mean[r] : 0.0f, rs = rstd[r];
-      double sum_dxhat = 0.0, sum_dxhat_xhat = 0.0;
-      for (int64_t c = 0; c < s.cols; ++c) {
-        const float xhat = (xr[c] - m) * rs;
-        const float dxhat = dyr[c] * weight[c];
-        sum_dxhat += dxhat;
-        sum_dxhat_xhat += static_cast<double>(dxhat) * xhat;
-        if (params) {
-          pw[c] += dyr[c] * xhat;
-          pb[c] += dyr[c];
-        }
-      }
-      if (!g.dx) continue;
-      const float mean_dxhat = layer ? static_cast<float>(sum_dxhat / s.cols) : 0.0f;
-      const float mean_dxhat_xhat = static_cast<float>(sum_dxhat_xhat / s.cols);
-      float* dxr = g.dx + r * s.cols;
-      for (int64_t c = 0; c < s.cols; ++c) {
-        const float xhat = (xr[c] - m) * rs;
-        const float v = rs * (dyr[c] * weight[c] - mean_dxhat - xhat * mean_dxhat_xhat);
-        dxr[c] = g.accumulate ? dxr[c] + v : v;
-      }
-    }
+    for (int64_t r = chunk * kChunkRows; r < end; ++r)
+      HWY_DYNAMIC_DISPATCH(NormRowBackwardDispatch)
+      (x + r * s.cols, weight, dy + r * s.cols, center ? mean[r] : 0.0f, rstd[r], s.cols, center,
+       g.dx ? g.dx + r * s.cols : nullptr, g.accumulate, pw, pb);
   });
   if (g.dweight) add_partials(ctx, partial, n, s.cols, g.dweight);
   if (g.dbias) add_partials(ctx, partial + n * s.cols, n, s.cols, g.dbias);
