@@ -1,5 +1,6 @@
 // headlight generate: continues a prompt with a checkpoint, streaming the text as it is produced.
 
+#include <chrono>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -19,6 +20,7 @@ void add_generate(CLI::App& app) {
     int64_t tokens = 40;
     model::SamplingOptions sampling{0.8f, 0, 1.0f, 0};
     bool greedy = false;
+    bool stats = false;
     int threads = 0;
   };
   auto a = std::make_shared<Args>();
@@ -34,6 +36,7 @@ void add_generate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("--greedy", a->greedy, "Always the most likely token (temperature 0)");
+  cmd->add_flag("--stats", a->stats, "Print the generation speed (tokens/s) to stderr");
   cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
   cmd->callback([a] {
     train::LoadedModel loaded = train::load_model(a->model);
@@ -46,11 +49,18 @@ void add_generate(CLI::App& app) {
     fmt::print("{}", a->prompt);
     std::fflush(stdout);
     const auto& tok = *loaded.tokenizer;
-    model::generate(ctx, loaded.model, prompt, a->tokens, a->sampling, [&](int32_t id) {
-      fmt::print("{}", tok.token_bytes(id));
-      std::fflush(stdout);
-    });
+    const auto start = std::chrono::steady_clock::now();
+    const auto out =
+        model::generate(ctx, loaded.model, prompt, a->tokens, a->sampling, [&](int32_t id) {
+          fmt::print("{}", tok.token_bytes(id));
+          std::fflush(stdout);
+        });
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     fmt::print("\n");
+    if (a->stats)
+      fmt::print(stderr, "{} prompt tokens, {} new tokens in {:.3f} s: {:.0f} tokens/s\n",
+                 prompt.size(), out.size(), seconds, static_cast<double>(out.size()) / seconds);
   });
 }
 
