@@ -195,6 +195,8 @@ void bind_gpt(py::module_& m) {
             check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
             const auto& c = self.model->config();
             py::array_t<float> probs({c.n_layer, c.n_head, t, t});
+            std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(),
+                      0.0f);  // pruned heads
             model::ForwardOptions o;
             o.attention_probs = probs.mutable_data();
             {

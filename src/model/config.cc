@@ -63,6 +63,25 @@ void validate(const GPTConfig& c) {
         c.rope_base);
   check(c.vocab_size < (int64_t{1} << 31), "vocab_size: {} does not fit 32-bit token ids",
         c.vocab_size);
+  if (!c.layer_heads.empty() || !c.layer_kv_heads.empty()) {
+    check(
+        c.layer_heads.size() == static_cast<size_t>(c.n_layer) &&
+            c.layer_kv_heads.size() == static_cast<size_t>(c.n_layer),
+        "layer_heads: layer_heads and layer_kv_heads need one entry per layer ({}), got {} and {}",
+        c.n_layer, c.layer_heads.size(), c.layer_kv_heads.size());
+    check(c.positional != Positional::alibi,
+          "layer_heads: ALiBi slopes follow the head count, so an alibi model cannot be pruned");
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const int64_t h = c.heads(l), g = c.kv_heads(l);
+      check(h >= 0 && h <= c.n_head, "layer_heads: layer {} has {} heads, outside [0, n_head {}]",
+            l, h, c.n_head);
+      check(
+          h == 0 ? g == 0 : (g > 0 && h % g == 0),
+          "layer_kv_heads: layer {} has {} key/value heads for {} query heads (must divide them; 0 "
+          "with 0)",
+          l, g, h);
+    }
+  }
 }
 
 std::string to_json(const GPTConfig& c) {
@@ -82,6 +101,10 @@ std::string to_json(const GPTConfig& c) {
   j["dropout"] = c.dropout;
   j["mlp_ratio"] = c.mlp_ratio;
   j["rope_base"] = c.rope_base;
+  if (!c.layer_heads.empty()) {
+    j["layer_heads"] = c.layer_heads;
+    j["layer_kv_heads"] = c.layer_kv_heads;
+  }
   return j.dump();
 }
 
@@ -124,6 +147,8 @@ GPTConfig config_from_json(const std::string& text) {
   get("dropout", c.dropout, false);
   get("mlp_ratio", c.mlp_ratio, false);
   get("rope_base", c.rope_base, false);
+  get("layer_heads", c.layer_heads, false);
+  get("layer_kv_heads", c.layer_kv_heads, false);
   validate(c);
   return c;
 }

@@ -52,8 +52,8 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
   float* dres = s.dres.get(n);  // gradient of a residual branch's output
   float* da = s.da.get(n);
   float* dfc = s.dfc.get(d.rows * d.F);
-  float* datt = s.datt.get(d.rows * d.H * d.hd);
-  float* dqkv = s.dqkv.get(d.rows * d.W);
+  float* datt = s.datt.get(d.rows * c.n_head * d.hd);  // room for the widest layer
+  float* dqkv = s.dqkv.get(d.rows * (c.n_head + 2 * c.n_kv_head) * d.hd);
 
   // Logits and the final norm.
   const float* final_in = c.norm_first ? s.lnf.ptr() : s.x[static_cast<size_t>(c.n_layer)].ptr();
@@ -66,6 +66,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
                        {dx, false, G + off.lnf_w, maybe(G, off.lnf_b)});
 
   for (int64_t l = c.n_layer - 1; l >= 0; --l) {
+    const Dims d = detail::dims(c, s.batch, s.seq, l);  // this layer's head counts
     BlockActivations& a = s.blocks[static_cast<size_t>(l)];
     const BlockOffsets& o = off.blocks[static_cast<size_t>(l)];
     const float* x = s.x[static_cast<size_t>(l)].ptr();
@@ -106,8 +107,8 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     linear_grads(ctx, {d.rows, d.H * d.hd, d.C}, a.attg.ptr(), P + o.proj_w, dres, dattg, false,
                  G + o.proj_w, maybe(G, o.proj_b));
     // Gates: dgate_h = Σ dattg_h · att_h; datt_h = gate_h · dattg_h.
-    const float* gates = gates_.data() + l * d.H;
-    float* dgates = gate_grads_.data() + l * d.H;
+    const float* gates = gates_.data() + l * c.n_head;
+    float* dgates = gate_grads_.data() + l * c.n_head;
     const float* att = a.att.ptr();
     ctx.parallel_for(d.H, [&](Range heads, int) {
       for (int64_t h = heads.begin; h < heads.end; ++h) {
@@ -130,7 +131,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
       p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l);
     }
     detail::set_attention_grads(d, datt, dqkv, p);
-    attention::backward(ctx, p, options.kernel);
+    if (d.H > 0) attention::backward(ctx, p, options.kernel);
     if (c.positional == Positional::rope) {
       apply_rope(s.rope, {d.rows, d.T, 0, d.W, d.H, true}, dqkv);
       apply_rope(s.rope, {d.rows, d.T, 0, d.W, d.G, true}, dqkv + d.H * d.hd);

@@ -14,9 +14,13 @@ namespace headlight::model::detail {
 struct Dims {
   int64_t B, T, rows, C, H, G, hd, W, F, V;
 };
-inline Dims dims(const GPTConfig& c, int64_t batch, int64_t seq) {
-  return {batch,       seq,          batch * seq,   c.n_embd,      c.n_head,
-          c.n_kv_head, c.head_dim(), c.qkv_width(), c.mlp_width(), c.vocab_size};
+// Sizes of layer `layer` (its head counts after any pruning).
+inline Dims dims(const GPTConfig& c, int64_t batch, int64_t seq, int64_t layer = 0) {
+  return {batch,          seq,
+          batch * seq,    c.n_embd,
+          c.heads(layer), c.kv_heads(layer),
+          c.head_dim(),   c.qkv_width(layer),
+          c.mlp_width(),  c.vocab_size};
 }
 
 // Attention over the packed rows qkv [B, T, (H + 2G)·hd] into att [B, T, H·hd] with lse [B, H, T]:

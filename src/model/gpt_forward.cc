@@ -163,6 +163,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
 
   float* branch = s.dres.get(d.rows * d.C);  // a residual branch's output before it is added
   for (int64_t l = 0; l < c.n_layer; ++l) {
+    const Dims d = detail::dims(c, batch, seq, l);  // this layer's head counts
     BlockActivations& a = s.blocks[static_cast<size_t>(l)];
     const BlockOffsets& o = off.blocks[static_cast<size_t>(l)];
     const float* x = s.x[static_cast<size_t>(l)].ptr();
@@ -189,14 +190,14 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     if (cached)
       detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
                         s.cache_v[static_cast<size_t>(l)], p);
-    if (options.attention_probs) p.probs = options.attention_probs + l * d.B * d.H * d.T * d.T;
+    if (options.attention_probs) p.probs = options.attention_probs + l * d.B * c.n_head * d.T * d.T;
     if (drop) {
       p.options.dropout_p = c.dropout;
       p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l);
     }
-    attention::forward(ctx, p, options.kernel);
+    if (d.H > 0) attention::forward(ctx, p, options.kernel);
     float* attg = a.attg.get(d.rows * d.H * d.hd);
-    detail::apply_gates(ctx, d, att, gates_.data() + l * d.H, attg);
+    detail::apply_gates(ctx, d, att, gates_.data() + l * c.n_head, attg);
     ops::linear_forward(ctx, {d.rows, d.H * d.hd, d.C}, attg, d.H * d.hd, P + o.proj_w,
                         maybe(P, o.proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream);

@@ -16,9 +16,9 @@ ParameterLayout::ParameterLayout(const GPTConfig& c) {
     const std::string p = fmt::format("transformer.h.{}.", i);
     add(p + "ln_1.weight", {C}, false);
     if (ln_bias) add(p + "ln_1.bias", {C}, false);
-    add(p + "attn.c_attn.weight", {c.qkv_width(), C}, true);
-    if (c.bias) add(p + "attn.c_attn.bias", {c.qkv_width()}, false);
-    add(p + "attn.c_proj.weight", {C, c.n_head * c.head_dim()}, true);
+    add(p + "attn.c_attn.weight", {c.qkv_width(i), C}, true);
+    if (c.bias) add(p + "attn.c_attn.bias", {c.qkv_width(i)}, false);
+    add(p + "attn.c_proj.weight", {C, c.heads(i) * c.head_dim()}, true);
     if (c.bias) add(p + "attn.c_proj.bias", {C}, false);
     add(p + "ln_2.weight", {C}, false);
     if (ln_bias) add(p + "ln_2.bias", {C}, false);

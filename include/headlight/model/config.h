@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace headlight::model {
 
@@ -26,9 +27,27 @@ struct GPTConfig {
   float dropout = 0.0f;
   int64_t mlp_ratio = 4;
   float rope_base = 10000.0f;
+  // Heads left in each layer after pruning (empty: n_head and n_kv_head in every layer). A layer
+  // may keep 0 heads (its attention branch is then c_proj's bias alone). head_dim stays
+  // n_embd / n_head.
+  std::vector<int64_t> layer_heads;
+  std::vector<int64_t> layer_kv_heads;
 
   int64_t head_dim() const { return n_embd / n_head; }
-  int64_t qkv_width() const { return (n_head + 2 * n_kv_head) * head_dim(); }
+  int64_t heads(int64_t layer) const {
+    return layer_heads.empty() ? n_head : layer_heads[static_cast<size_t>(layer)];
+  }
+  int64_t kv_heads(int64_t layer) const {
+    return layer_kv_heads.empty() ? n_kv_head : layer_kv_heads[static_cast<size_t>(layer)];
+  }
+  int64_t qkv_width(int64_t layer) const {
+    return (heads(layer) + 2 * kv_heads(layer)) * head_dim();
+  }
+  int64_t total_heads() const {
+    int64_t n = 0;
+    for (int64_t l = 0; l < n_layer; ++l) n += heads(l);
+    return n;
+  }
   int64_t mlp_width() const { return mlp_ratio * n_embd; }
 };
 

@@ -1,0 +1,63 @@
+// Head roles: each a score in [0, 1], computed from exact attention.
+//
+//   previous_token  mean over query rows i ≥ 1 of P[i, i−1]                     (on a text)
+//   first_token     mean over rows i ≥ 1 of P[i, 0]: the "sink"                (on a text)
+//   self            mean over rows of P[i, i]                                   (on a text)
+//   local           1 − (mean attention distance) / (that of uniform causal attention, i/2 at row
+//                   i), clipped to [0, 1]: 1 when every row looks at itself or its neighbours
+//   induction       on sequences of random tokens repeated twice, r₁…r_n r₁…r_n: the mean over the
+//                   second copy's rows of the weight on the token after the earlier occurrence of
+//                   the query's token (P[n + k, k + 1])
+//   coreference     on the detective corpus's test stories: the pronoun's attention summed over
+//   each
+//                   character mention's tokens; accuracy = how often the antecedent gets the most;
+//                   the score is that accuracy above chance (1 / number of characters), rescaled
+//                   to [0, 1]: (accuracy − chance) / (1 − chance), clipped at 0
+//
+// A head's role is the highest of previous_token, first_token, induction and coreference when it
+// reaches 0.5, else "local" when local ≥ 0.5, else "self" when self ≥ 0.5, else "mixed".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "headlight/core/thread_context.h"
+#include "headlight/model/gpt.h"
+#include "headlight/model/tokenizer.h"
+#include "headlight/train/corpus.h"
+
+namespace headlight::inspect {
+
+struct RoleScores {
+  double previous_token = 0, first_token = 0, self = 0, local = 0, induction = 0, coreference = 0;
+  double coreference_accuracy = 0;  // raw fraction of pronouns whose antecedent gets the most
+};
+
+// Scores that need one attention matrix p [seq, seq] (a causal or full row-stochastic matrix).
+void text_scores(const float* p, int64_t seq, RoleScores& s);
+// The induction score of p [2n, 2n] for a sequence made of n tokens repeated twice.
+double induction_score(const float* p, int64_t n);
+// The coreference accuracy of p for one story: the index of the mention (each a token range
+// [first, last]) the pronoun's row gives the most weight.
+int64_t most_attended_mention(const float* p, int64_t seq, int64_t pronoun_token,
+                              const std::vector<std::pair<int64_t, int64_t>>& mentions);
+
+std::string role_of(const RoleScores& s);
+
+struct RoleOptions {
+  std::string text;  // the text of the text-based scores ("" → test stories)
+  int64_t induction_sequences = 4;
+  int64_t induction_length = 0;  // tokens per copy (0: min(block_size / 2, 48))
+  int64_t coreference_stories = 200;
+  uint64_t seed = 1;
+};
+
+// Scores of every head, [n_layer × n_head] (layer major); heads a pruned layer lacks get zeros.
+std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
+                                    const model::Tokenizer* tokenizer, const RoleOptions& o);
+
+// The token of each byte offset: token_at[b] for a byte b of the text `tokens` decode to.
+std::vector<int64_t> byte_to_token(const model::Tokenizer& t, const std::vector<int32_t>& tokens);
+
+}  // namespace headlight::inspect

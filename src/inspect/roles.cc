@@ -1,0 +1,169 @@
+// Head role scores (definitions in headlight/inspect/roles.h).
+
+#include "headlight/inspect/roles.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "headlight/core/error.h"
+#include "headlight/core/rng.h"
+#include "headlight/inspect/capture.h"
+
+namespace headlight::inspect {
+
+void text_scores(const float* p, int64_t seq, RoleScores& s) {
+  double prev = 0, first = 0, self = 0, dist = 0, uniform = 0;
+  for (int64_t i = 0; i < seq; ++i) {
+    const float* row = p + i * seq;
+    self += row[i];
+    for (int64_t j = 0; j < seq; ++j) dist += row[j] * static_cast<double>(std::abs(i - j));
+    uniform += static_cast<double>(i) / 2.0;
+    if (i >= 1) {
+      prev += row[i - 1];
+      first += row[0];
+    }
+  }
+  const double rows = static_cast<double>(std::max<int64_t>(1, seq - 1));
+  s.previous_token = prev / rows;
+  s.first_token = first / rows;
+  s.self = self / static_cast<double>(seq);
+  s.local = uniform > 0 ? std::clamp(1.0 - dist / uniform, 0.0, 1.0) : 0.0;
+}
+
+double induction_score(const float* p, int64_t n) {
+  const int64_t T = 2 * n;
+  double sum = 0;
+  for (int64_t k = 0; k + 1 < n; ++k) sum += p[(n + k) * T + (k + 1)];
+  return n > 1 ? sum / static_cast<double>(n - 1) : 0.0;
+}
+
+int64_t most_attended_mention(const float* p, int64_t seq, int64_t pronoun_token,
+                              const std::vector<std::pair<int64_t, int64_t>>& mentions) {
+  const float* row = p + pronoun_token * seq;
+  int64_t best = -1;
+  double best_w = -1;
+  for (size_t m = 0; m < mentions.size(); ++m) {
+    double w = 0;
+    for (int64_t j = mentions[m].first; j <= mentions[m].second; ++j) w += row[j];
+    if (w > best_w) {
+      best_w = w;
+      best = static_cast<int64_t>(m);
+    }
+  }
+  return best;
+}
+
+std::string role_of(const RoleScores& s) {
+  const std::pair<const char*, double> specific[] = {{"previous_token", s.previous_token},
+                                                     {"first_token", s.first_token},
+                                                     {"induction", s.induction},
+                                                     {"coreference", s.coreference}};
+  const auto* best =
+      std::max_element(std::begin(specific), std::end(specific),
+                       [](const auto& a, const auto& b) { return a.second < b.second; });
+  if (best->second >= 0.5) return best->first;
+  if (s.local >= 0.5) return "local";
+  if (s.self >= 0.5) return "self";
+  return "mixed";
+}
+
+std::vector<int64_t> byte_to_token(const model::Tokenizer& t, const std::vector<int32_t>& tokens) {
+  std::vector<int64_t> at;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    at.insert(at.end(), t.token_bytes(tokens[i]).size(), static_cast<int64_t>(i));
+  return at;
+}
+
+std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
+                                    const model::Tokenizer* tokenizer, const RoleOptions& o) {
+  const auto& c = m.config();
+  const int64_t L = c.n_layer, H = c.n_head;
+  std::vector<RoleScores> scores(static_cast<size_t>(L * H));
+  auto present = [&](int64_t l, int64_t h) { return h < c.heads(l); };
+  const auto stories = train::detective_stories(
+      {train::Split::test, std::max<int64_t>(o.coreference_stories, 1), o.seed});
+
+  // Text scores, averaged over the text (or over the first test stories that fit).
+  std::vector<std::vector<int32_t>> texts;
+  if (!o.text.empty()) {
+    check(tokenizer != nullptr, "text: the model has no tokenizer");
+    auto ids = tokenizer->encode(o.text);
+    if (static_cast<int64_t>(ids.size()) > c.block_size)
+      ids.resize(static_cast<size_t>(c.block_size));
+    texts.push_back(ids);
+  } else if (tokenizer) {
+    for (size_t i = 0; i < stories.size() && texts.size() < 8; ++i) {
+      auto ids = tokenizer->encode(stories[i].text);
+      if (static_cast<int64_t>(ids.size()) <= c.block_size) texts.push_back(ids);
+    }
+  }
+  for (const auto& ids : texts) {
+    const Capture cap = capture_tokens(ctx, m, tokenizer, ids);
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t h = 0; h < H; ++h) {
+        if (!present(l, h)) continue;
+        RoleScores one;
+        text_scores(cap.head(l, h), cap.seq, one);
+        RoleScores& s = scores[static_cast<size_t>(l * H + h)];
+        const double w = 1.0 / static_cast<double>(texts.size());
+        s.previous_token += w * one.previous_token;
+        s.first_token += w * one.first_token;
+        s.self += w * one.self;
+        s.local += w * one.local;
+      }
+  }
+
+  // Induction: random tokens repeated twice.
+  const int64_t n = o.induction_length > 0 ? std::min(o.induction_length, c.block_size / 2)
+                                           : std::min<int64_t>(c.block_size / 2, 48);
+  Generator g(o.seed ^ 0x1D0C7105ull);
+  const int64_t vocab = tokenizer ? tokenizer->vocab_size() : c.vocab_size;
+  for (int64_t sidx = 0; sidx < o.induction_sequences && n > 1; ++sidx) {
+    std::vector<int32_t> seq(static_cast<size_t>(2 * n));
+    for (int64_t k = 0; k < n; ++k)
+      seq[static_cast<size_t>(k)] = seq[static_cast<size_t>(n + k)] =
+          static_cast<int32_t>(g.next_u32() % static_cast<uint32_t>(vocab));
+    const Capture cap = capture_tokens(ctx, m, tokenizer, seq);
+    for (int64_t l = 0; l < L; ++l)
+      for (int64_t h = 0; h < H; ++h)
+        if (present(l, h))
+          scores[static_cast<size_t>(l * H + h)].induction +=
+              induction_score(cap.head(l, h), n) / static_cast<double>(o.induction_sequences);
+  }
+
+  // Coreference on the test stories (needs the tokenizer to find the words).
+  if (tokenizer && o.coreference_stories > 0) {
+    std::vector<int64_t> correct(static_cast<size_t>(L * H), 0);
+    double chance = 0;
+    int64_t counted = 0;
+    for (const auto& st : stories) {
+      const auto ids = tokenizer->encode(st.text);
+      if (static_cast<int64_t>(ids.size()) > c.block_size) continue;
+      const auto at = byte_to_token(*tokenizer, ids);
+      std::vector<std::pair<int64_t, int64_t>> mentions;
+      for (const auto& ch : st.characters)
+        mentions.emplace_back(at[static_cast<size_t>(ch.offset)],
+                              at[static_cast<size_t>(ch.offset + ch.length - 1)]);
+      const int64_t pronoun = at[static_cast<size_t>(st.pronoun_offset)];
+      const Capture cap = capture_tokens(ctx, m, tokenizer, ids);
+      for (int64_t l = 0; l < L; ++l)
+        for (int64_t h = 0; h < H; ++h)
+          if (present(l, h) &&
+              most_attended_mention(cap.head(l, h), cap.seq, pronoun, mentions) == st.antecedent)
+            ++correct[static_cast<size_t>(l * H + h)];
+      chance += 1.0 / static_cast<double>(mentions.size());
+      ++counted;
+    }
+    if (counted > 0) {
+      chance /= static_cast<double>(counted);
+      for (size_t i = 0; i < scores.size(); ++i) {
+        const double acc = static_cast<double>(correct[i]) / static_cast<double>(counted);
+        scores[i].coreference_accuracy = acc;
+        scores[i].coreference = std::max(0.0, (acc - chance) / (1.0 - chance));
+      }
+    }
+  }
+  return scores;
+}
+
+}  // namespace headlight::inspect

@@ -1,0 +1,157 @@
+// Head roles on constructed attention patterns with known answers, importance of a gated-off head,
+// pruning against gating, words and the capture's exports.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "headlight/inspect/capture.h"
+#include "headlight/inspect/importance.h"
+#include "headlight/inspect/roles.h"
+#include "test_util.h"
+
+namespace headlight::inspect {
+namespace {
+
+// A causal pattern: row i puts all its weight on key f(i).
+template <typename F>
+std::vector<float> pattern(int64_t T, F f) {
+  std::vector<float> p(static_cast<size_t>(T * T), 0.0f);
+  for (int64_t i = 0; i < T; ++i) p[static_cast<size_t>(i * T + f(i))] = 1.0f;
+  return p;
+}
+
+TEST(Roles, ScoresOnConstructedPatterns) {
+  const int64_t T = 20;
+  RoleScores prev, first, self, uniform;
+  text_scores(pattern(T, [](int64_t i) { return i > 0 ? i - 1 : 0; }).data(), T, prev);
+  text_scores(pattern(T, [](int64_t) { return int64_t{0}; }).data(), T, first);
+  text_scores(pattern(T, [](int64_t i) { return i; }).data(), T, self);
+  std::vector<float> u(T * T, 0.0f);
+  for (int64_t i = 0; i < T; ++i)
+    for (int64_t j = 0; j <= i; ++j) u[i * T + j] = 1.0f / static_cast<float>(i + 1);
+  text_scores(u.data(), T, uniform);
+  EXPECT_DOUBLE_EQ(prev.previous_token, 1.0);
+  EXPECT_EQ(role_of(prev), "previous_token");
+  EXPECT_DOUBLE_EQ(first.first_token, 1.0);
+  EXPECT_EQ(role_of(first), "first_token");
+  EXPECT_DOUBLE_EQ(self.self, 1.0);
+  EXPECT_DOUBLE_EQ(self.local, 1.0);
+  EXPECT_EQ(role_of(self), "local");
+  EXPECT_NEAR(uniform.local, 0.0, 1e-6);
+  EXPECT_LT(uniform.previous_token, 0.2);
+  EXPECT_EQ(role_of(uniform), "mixed");
+
+  // Induction: n tokens repeated; the second copy's row n + k looks at k + 1.
+  const int64_t n = 10;
+  const auto ind = pattern(2 * n, [&](int64_t i) { return i >= n ? i - n + 1 : 0; });
+  EXPECT_DOUBLE_EQ(induction_score(ind.data(), n), 1.0);
+  EXPECT_DOUBLE_EQ(induction_score(pattern(2 * n, [](int64_t i) { return i; }).data(), n), 0.0);
+
+  // Coreference: the pronoun's row split over mentions.
+  std::vector<float> p(T * T, 0.0f);
+  p[15 * T + 2] = 0.3f;  // mention 0: tokens 2..3
+  p[15 * T + 3] = 0.3f;
+  p[15 * T + 8] = 0.4f;  // mention 1: token 8
+  EXPECT_EQ(most_attended_mention(p.data(), T, 15, {{2, 3}, {8, 8}}), 0);
+  EXPECT_EQ(most_attended_mention(p.data(), T, 15, {{2, 2}, {8, 8}}), 1);
+}
+
+TEST(Capture, WordsStatsAndNpy) {
+  const std::vector<std::string> toks = {"Maria", " found", " a", " re", "d",
+                                         " key",  ".",      "\n", "Then"};
+  const auto words = split_words(toks);
+  ASSERT_EQ(words.size(), 6u);
+  EXPECT_EQ(words[3].text, "red");
+  EXPECT_EQ(words[3].first, 3);
+  EXPECT_EQ(words[3].last, 4);
+  EXPECT_EQ(words[5].text, "Then");
+  const auto s = head_stats(pattern(4, [](int64_t i) { return int64_t{0}; }).data(), 4);
+  EXPECT_DOUBLE_EQ(s.first_token, 1.0);
+  EXPECT_DOUBLE_EQ(s.mean_distance, 1.5);
+  EXPECT_DOUBLE_EQ(s.entropy, 0.0);
+  const std::string path = (std::filesystem::temp_directory_path() / "hl_test.npy").string();
+  const std::vector<float> data = {1, 2, 3, 4, 5, 6};
+  write_npy(path, data.data(), {2, 3});
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(bytes.substr(0, 6), "\x93NUMPY");
+  EXPECT_NE(bytes.find("'shape': (2, 3)"), std::string::npos);
+  EXPECT_EQ(bytes.size() % 64, 24u);  // a 64-byte aligned header, then 24 bytes of data
+  float last;
+  std::memcpy(&last, bytes.data() + bytes.size() - 4, 4);
+  EXPECT_EQ(last, 6.0f);
+  std::filesystem::remove(path);
+}
+
+model::GPTConfig config() {
+  model::GPTConfig c;
+  c.vocab_size = 41;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_kv_head = 4;
+  c.n_embd = 32;
+  c.block_size = 32;
+  return c;
+}
+
+std::vector<int32_t> data(int64_t n) {
+  Generator g(3);
+  std::vector<int32_t> d(static_cast<size_t>(n));
+  for (auto& t : d) t = static_cast<int32_t>(g.next_u32() % 41);
+  return d;
+}
+
+TEST(Importance, AGatedOffHeadScoresZero) {
+  model::GPT m(config(), 1);
+  ThreadContext ctx(2);
+  const Dataset d = make_dataset(data(600), m.config(), 32, 8);
+  m.gates()[5] = 0.0f;  // layer 1, head 1
+  const auto grad = gradient_importance(ctx, m, d);
+  const auto abl = ablation_importance(ctx, m, d);
+  EXPECT_EQ(grad[5], 0.0);
+  EXPECT_EQ(abl[5], 0.0);
+  for (size_t i = 0; i < grad.size(); ++i)
+    if (i != 5) EXPECT_GT(grad[i], 0.0) << i;
+  // Normalised per layer.
+  double norm = 0;
+  for (int h = 0; h < 4; ++h) norm += grad[h] * grad[h];
+  EXPECT_NEAR(norm, 1.0, 1e-9);
+}
+
+TEST(Prune, ThePrunedModelComputesWhatTheGatedModelComputes) {
+  model::GPT m(config(), 2);
+  ThreadContext ctx(2);
+  const std::vector<HeadId> remove = {{0, 1}, {1, 0}, {1, 3}};
+  const auto tokens = data(32);
+  model::GPT small = prune_heads(m, remove);
+  EXPECT_EQ(small.config().heads(0), 3);
+  EXPECT_EQ(small.config().heads(1), 2);
+  EXPECT_LT(small.layout().total(), m.layout().total());
+  for (const auto& [l, h] : remove) m.gates()[static_cast<size_t>(l * 4 + h)] = 0.0f;
+  const float* a = m.forward(ctx, tokens.data(), 1, 32);
+  std::vector<float> want(a, a + 32 * 41);
+  const float* b = small.forward(ctx, tokens.data(), 1, 32);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(b[i], want[i], 1e-5) << i;
+  // A layer may lose every head; the model still runs and trains.
+  model::GPT empty = prune_heads(m, {{0, 0}, {0, 1}, {0, 2}, {0, 3}});
+  EXPECT_EQ(empty.config().heads(0), 0);
+  const auto targets = data(32);
+  EXPECT_TRUE(std::isfinite(empty.forward_backward(ctx, tokens.data(), targets.data(), 1, 32)));
+  testing::expect_error([&] { prune_heads(m, {{2, 0}}); }, {"heads: (2, 0)"});
+}
+
+TEST(Prune, HeadsToRemoveFollowsScoresOrSeed) {
+  const auto c = config();
+  std::vector<double> s = {0.5, 0.1, 0.9, 0.3, 0.2, 0.8, 0.7, 0.05};
+  const auto r = heads_to_remove(c, s, 3, 0);
+  EXPECT_EQ(r, (std::vector<HeadId>{{1, 3}, {0, 1}, {1, 0}}));
+  EXPECT_EQ(heads_to_remove(c, {}, 4, 7), heads_to_remove(c, {}, 4, 7));
+  EXPECT_NE(heads_to_remove(c, {}, 4, 7), heads_to_remove(c, {}, 4, 8));
+}
+
+}  // namespace
+}  // namespace headlight::inspect
