@@ -14,5 +14,10 @@ void add_tokenizer(CLI::App& app);
 void add_train(CLI::App& app);
 void add_eval(CLI::App& app);
 void add_generate(CLI::App& app);
+void add_heads(CLI::App& app);
+void add_prune(CLI::App& app);
+void add_sweep(CLI::App& app);
+void add_demo(CLI::App& app);
+void add_explain(CLI::App& app);
 
 }  // namespace headlight::cli

@@ -17,6 +17,11 @@ int main(int argc, char** argv) {
   headlight::cli::add_train(app);
   headlight::cli::add_eval(app);
   headlight::cli::add_generate(app);
+  headlight::cli::add_heads(app);
+  headlight::cli::add_prune(app);
+  headlight::cli::add_sweep(app);
+  headlight::cli::add_demo(app);
+  headlight::cli::add_explain(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

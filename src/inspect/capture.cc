@@ -115,6 +115,7 @@ std::string to_json(const Capture& c, bool include_probs) {
   for (const Word& w : c.words)
     words.push_back({{"text", w.text}, {"first", w.first}, {"last", w.last}});
   j["words"] = words;
+  j["seq"] = c.seq;
   j["n_layer"] = c.n_layer;
   j["n_head"] = c.n_head;
   j["layer_heads"] = c.layer_heads;

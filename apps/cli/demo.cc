@@ -1,0 +1,143 @@
+// headlight demo / explain: the head analysis of a model on a text, as a printed summary and an
+// HTML report. `demo` uses the bundled model (models/detective.safetensors) and a detective story;
+// `--retrain` trains that model from scratch first with the recipe of models/README.md.
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "commands.h"
+#include "headlight/core/error.h"
+#include "headlight/inspect/explain.h"
+#include "headlight/train/checkpoint.h"
+#include "headlight/train/corpus.h"
+#include "headlight/train/trainer.h"
+#include "headlight/viz/report.h"
+
+namespace headlight::cli {
+
+namespace {
+
+constexpr const char* kStory =
+    "Maria found a red key in the kitchen. John found a blue map in the garden. Later she opened "
+    "the door with the";
+
+struct ExplainArgs {
+  std::string report = "demo/report.html";
+  std::string png;
+  int64_t sequences = 32;
+  int threads = 0;
+  bool no_curve = false;
+};
+
+void run_explain(train::LoadedModel& loaded, const std::string& model_path, const std::string& text,
+                 const ExplainArgs& a) {
+  check(loaded.tokenizer.has_value(), "{}: the checkpoint has no tokenizer to read text with",
+        model_path);
+  ThreadContext ctx(a.threads);
+  inspect::ExplainOptions o;
+  o.sequences = a.sequences;
+  o.curve = !a.no_curve;
+  const inspect::Explanation e = inspect::explain(ctx, loaded.model, *loaded.tokenizer, text, o);
+  fmt::print("{}{}\n\n", text, e.continuation);
+  for (const std::string& line : e.summary) fmt::print("• {}\n", line);
+  viz::ReportInput in;
+  in.title = "headlight: what each head does";
+  const auto& c = loaded.model.config();
+  in.model_summary = fmt::format("{}: {} layers × {} heads, n_embd {}, {} positions, {} tokens",
+                                 model_path, c.n_layer, c.n_head, c.n_embd,
+                                 model::positional_name(c.positional), c.vocab_size);
+  in.continuation = e.continuation;
+  in.summary = e.summary;
+  in.capture = &e.capture;
+  in.heads = e.heads;
+  in.curve = e.curve;
+  viz::write_report(a.report, in);
+  fmt::print("\nwrote {}\n", a.report);
+  if (!a.png.empty()) {
+    // The heatmap of the head the report opens with (the best coreference head).
+    const inspect::HeadRow* best = nullptr;
+    for (const auto& h : e.heads)
+      if (!best || h.scores.coreference > best->scores.coreference) best = &h;
+    if (best) {
+      viz::write_heatmap_png(a.png, e.capture.head(best->layer, best->head), e.capture.seq,
+                             e.capture.seq);
+      fmt::print("wrote {} (layer {} head {})\n", a.png, best->layer, best->head);
+    }
+  }
+}
+
+void add_explain_options(CLI::App* cmd, ExplainArgs& a) {
+  cmd->add_option("--report", a.report, "Where to write the HTML report")->capture_default_str();
+  cmd->add_option("--png", a.png, "Also write the opening head's attention as a PNG heatmap");
+  cmd->add_option("--sequences", a.sequences, "Validation sequences for importance and pruning")
+      ->capture_default_str();
+  cmd->add_flag("--no-curve", a.no_curve, "Skip the pruning curves (faster)");
+  cmd->add_option("--threads", a.threads, "Threads (0: all)")->capture_default_str();
+}
+
+}  // namespace
+
+void add_demo(CLI::App& app) {
+  struct Args : ExplainArgs {
+    std::string model = "models/detective.safetensors";
+    std::string text = kStory;
+    bool retrain = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand(
+      "demo",
+      "Which head links \"she\" to \"Maria\", which ones can go: the bundled model analysed");
+  cmd->add_option("--model", a->model, "The model to analyse")->capture_default_str();
+  cmd->add_option("--text", a->text, "The story")->capture_default_str();
+  cmd->add_flag("--retrain", a->retrain,
+                "Train the model from scratch first (models/README.md's recipe) into "
+                "demo/detective.safetensors");
+  add_explain_options(cmd, *a);
+  cmd->callback([a] {
+    std::string path = a->model;
+    if (a->retrain) {
+      path = "demo/detective.safetensors";
+      std::filesystem::create_directories("demo");
+      const inspect::DemoRecipe r = inspect::demo_recipe();
+      ThreadContext ctx(a->threads);
+      const train::TextSplits text = train::load_text("detective", r.stories, r.val_stories, 1);
+      const model::Tokenizer tok = model::Tokenizer::train_bpe(text.train, r.bpe_vocab);
+      model::GPTConfig c = r.model;
+      c.vocab_size = tok.vocab_size();
+      model::GPT m(c, r.train.seed);
+      train::TrainOptions o = r.train;
+      o.out = path;
+      fmt::print(stderr, "retraining: {} steps (models/README.md's recipe)\n", o.steps);
+      const auto res = train::train_model(
+          ctx, m, &tok, tok.encode(text.train), tok.encode(text.validation), o,
+          [](const train::StepReport& s) {
+            if (s.step % 100 == 0 || s.val_loss)
+              fmt::print(stderr, "step {}/{} loss {:.4f}{}\n", s.step, s.steps, s.loss,
+                         s.val_loss ? fmt::format(" val {:.4f}", *s.val_loss) : "");
+          });
+      fmt::print(stderr, "retrained in {:.0f} s: validation loss {:.4f}\n", res.seconds,
+                 res.val_loss);
+    }
+    train::LoadedModel loaded = train::load_model(path);
+    run_explain(loaded, path, a->text, *a);
+  });
+}
+
+void add_explain(CLI::App& app) {
+  struct Args : ExplainArgs {
+    std::string model, text;
+  };
+  auto a = std::make_shared<Args>();
+  a->report = "report.html";
+  auto* cmd = app.add_subcommand("explain", "The head report of any model on any text");
+  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("text", a->text, "The text")->required();
+  add_explain_options(cmd, *a);
+  cmd->callback([a] {
+    train::LoadedModel loaded = train::load_model(a->model);
+    run_explain(loaded, a->model, a->text, *a);
+  });
+}
+
+}  // namespace headlight::cli

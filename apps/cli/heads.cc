@@ -1,0 +1,202 @@
+// headlight heads / prune / sweep: printing and parsing around inspect/analysis.h.
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "headlight/core/error.h"
+#include "headlight/inspect/analysis.h"
+#include "headlight/train/checkpoint.h"
+
+namespace headlight::cli {
+
+namespace {
+
+struct DataArgs {
+  std::string corpus = "detective";
+  int64_t sequences = 32;
+  int threads = 0;
+  bool json = false;
+  void add(CLI::App* cmd) {
+    cmd->add_option("--corpus", corpus, "\"detective\" (its validation split) or a text file")
+        ->capture_default_str();
+    cmd->add_option("--sequences", sequences, "Evaluation sequences of block_size tokens")
+        ->capture_default_str();
+    cmd->add_option("--threads", threads, "Threads (0: all)")->capture_default_str();
+    cmd->add_flag("--json", json, "Print JSON");
+  }
+};
+
+void print_table(const std::vector<inspect::HeadRow>& rows) {
+  fmt::print("{:>5} {:>4}  {:<15} {:>10} {:>9}  {:>8} {:>8} {:>6} {:>6} {:>9} {:>11}\n", "layer",
+             "head", "role", "importance", "ablation", "prev_tok", "first", "local", "self",
+             "induction", "coreference");
+  for (const auto& r : rows)
+    fmt::print(
+        "{:>5} {:>4}  {:<15} {:>10.3f} {:>9.4f}  {:>8.3f} {:>8.3f} {:>6.3f} {:>6.3f} "
+        "{:>9.3f} {:>5.3f} ({:.0f}%)\n",
+        r.layer, r.head, r.role, r.importance, r.ablation, r.scores.previous_token,
+        r.scores.first_token, r.scores.local, r.scores.self, r.scores.induction,
+        r.scores.coreference, 100 * r.scores.coreference_accuracy);
+}
+
+}  // namespace
+
+void add_heads(CLI::App& app) {
+  struct Args : DataArgs {
+    std::string model;
+    std::string text;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("heads", "Every head's role scores, role and importance");
+  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("--text", a->text, "Text for the text-based scores (default: test stories)");
+  a->add(cmd);
+  cmd->callback([a] {
+    train::LoadedModel loaded = train::load_model(a->model);
+    ThreadContext ctx(a->threads);
+    const model::Tokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
+    const inspect::Dataset d =
+        inspect::corpus_dataset(loaded.model.config(), tok, a->corpus, a->sequences);
+    inspect::RoleOptions o;
+    o.text = a->text;
+    const auto rows = inspect::head_table(ctx, loaded.model, tok, d, o);
+    if (a->json) {
+      fmt::print("{}\n", inspect::head_table_json(rows));
+      return;
+    }
+    print_table(rows);
+  });
+}
+
+void add_prune(CLI::App& app) {
+  struct Args : DataArgs {
+    std::string model, out, by = "importance";
+    double fraction = 0.3;
+    uint64_t seed = 0;
+    bool curve = false;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("prune", "Remove heads physically and measure the effect");
+  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("--fraction", a->fraction, "Fraction of the heads to remove")
+      ->capture_default_str();
+  cmd->add_option("--by", a->by, "importance, ablation or random")->capture_default_str();
+  cmd->add_option("--out", a->out, "Where to write the smaller checkpoint");
+  cmd->add_option("--seed", a->seed, "Seed of the random choice")->capture_default_str();
+  cmd->add_flag("--curve", a->curve,
+                "Loss against the fraction removed (10% … 90%) for each method instead");
+  a->add(cmd);
+  cmd->callback([a] {
+    train::LoadedModel loaded = train::load_model(a->model);
+    ThreadContext ctx(a->threads);
+    const model::Tokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
+    const inspect::Dataset d =
+        inspect::corpus_dataset(loaded.model.config(), tok, a->corpus, a->sequences);
+    if (a->curve) {
+      const auto points = inspect::pruning_curve(ctx, loaded.model, d);
+      if (a->json) {
+        auto j = nlohmann::json::array();
+        for (const auto& p : points)
+          j.push_back({{"method", p.method}, {"fraction", p.fraction}, {"loss", p.loss}});
+        fmt::print("{}\n", nlohmann::json{{"curve", j}}.dump());
+        return;
+      }
+      fmt::print("{:>8} {:>11} {:>9} {:>9}\n", "fraction", "importance", "ablation", "random");
+      for (size_t i = 0; i + 2 < points.size(); i += 3)
+        fmt::print("{:>8.1f} {:>11.4f} {:>9.4f} {:>9.4f}\n", points[i].fraction, points[i].loss,
+                   points[i + 1].loss, points[i + 2].loss);
+      return;
+    }
+    check(!a->out.empty(), "--out: the path of the smaller checkpoint is required");
+    const auto r = inspect::prune_model(ctx, loaded.model, d, a->fraction,
+                                        inspect::parse_prune_by(a->by), a->seed);
+    train::save_model(a->out, *r.pruned, tok);
+    if (a->json) {
+      auto removed = nlohmann::json::array();
+      for (const auto& [l, h] : r.heads_removed) removed.push_back({l, h});
+      fmt::print("{}\n", nlohmann::json{{"loss_before", r.loss_before},
+                                        {"loss_after", r.loss_after},
+                                        {"seconds_before", r.seconds_before},
+                                        {"seconds_after", r.seconds_after},
+                                        {"heads_removed", removed}}
+                             .dump());
+      return;
+    }
+    fmt::print(
+        "removed {} of {} heads by {}: loss {:.4f} → {:.4f}; forward {:.4f} s → {:.4f} s "
+        "({:.2f}× faster); wrote {}\n",
+        r.heads_removed.size(), loaded.model.config().total_heads(), a->by, r.loss_before,
+        r.loss_after, r.seconds_before, r.seconds_after, r.seconds_before / r.seconds_after,
+        a->out);
+  });
+}
+
+void add_sweep(CLI::App& app) {
+  struct Args {
+    std::vector<int64_t> heads = {1, 2, 4, 8, 16};
+    model::GPTConfig model;
+    train::TrainOptions train;
+    std::string corpus = "detective", tokenizer = "byte";
+    int64_t stories = 5000;
+    int threads = 0;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+  a->train.steps = 300;
+  a->train.eval_every = 300;
+  a->train.schedule = {2e-3f, 2e-4f, 30, 300};
+  auto* cmd = app.add_subcommand("sweep", "Train one model per head count at equal n_embd");
+  cmd->add_option("--heads", a->heads, "Head counts")->delimiter(',')->capture_default_str();
+  cmd->add_option("--n-embd", a->model.n_embd, "Embedding width")->capture_default_str();
+  cmd->add_option("--n-layer", a->model.n_layer, "Layers")->capture_default_str();
+  cmd->add_option("--block-size", a->model.block_size, "Context length")->capture_default_str();
+  cmd->add_option("--steps", a->train.steps, "Training steps per model")->capture_default_str();
+  cmd->add_option("--batch", a->train.batch, "Sequences per step")->capture_default_str();
+  cmd->add_option("--lr", a->train.schedule.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--corpus", a->corpus, "\"detective\" or a text file")->capture_default_str();
+  cmd->add_option("--tokenizer", a->tokenizer, "byte or bpe:VOCAB")->capture_default_str();
+  cmd->add_option("--stories", a->stories, "Training stories")->capture_default_str();
+  cmd->add_option("--seed", a->train.seed, "Seed")->capture_default_str();
+  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  cmd->add_flag("--json", a->json, "Print JSON");
+  cmd->callback([a] {
+    ThreadContext ctx(a->threads);
+    const train::TextSplits text = train::load_text(a->corpus, a->stories, 1, 1);
+    const model::Tokenizer tok =
+        a->tokenizer.rfind("bpe:", 0) == 0
+            ? model::Tokenizer::train_bpe(text.train, std::stoll(a->tokenizer.substr(4)))
+            : model::Tokenizer::byte_level();
+    train::TrainOptions o = a->train;
+    o.schedule.total = o.steps;
+    o.eval_every = o.steps;
+    const auto rows = inspect::head_sweep(ctx, a->model, a->heads, tok, a->corpus, o, a->stories);
+    if (a->json) {
+      auto j = nlohmann::json::array();
+      for (const auto& r : rows)
+        j.push_back({{"heads", r.heads},
+                     {"val_loss", r.val_loss},
+                     {"tokens_per_second", r.tokens_per_second},
+                     {"seconds", r.seconds},
+                     {"best_scores",
+                      {{"previous_token", r.best.previous_token},
+                       {"first_token", r.best.first_token},
+                       {"local", r.best.local},
+                       {"induction", r.best.induction},
+                       {"coreference", r.best.coreference}}}});
+      fmt::print("{}\n", nlohmann::json{{"sweep", j}}.dump());
+      return;
+    }
+    fmt::print(
+        "| heads | head dim | val loss | tokens/s | best previous-token | best induction | "
+        "best coreference |\n|---:|---:|---:|---:|---:|---:|---:|\n");
+    for (const auto& r : rows)
+      fmt::print("| {} | {} | {:.4f} | {:.0f} | {:.3f} | {:.3f} | {:.3f} |\n", r.heads,
+                 a->model.n_embd / r.heads, r.val_loss, r.tokens_per_second, r.best.previous_token,
+                 r.best.induction, r.best.coreference);
+  });
+}
+
+}  // namespace headlight::cli

@@ -1,0 +1,80 @@
+// The analyses behind `headlight heads`, `prune`, `sweep` and `demo`: a table of every head (role
+// scores, role, importance), pruning with its effect on loss and speed, pruning curves, and the
+// head-count sweep.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "headlight/core/thread_context.h"
+#include "headlight/inspect/importance.h"
+#include "headlight/inspect/roles.h"
+#include "headlight/model/gpt.h"
+#include "headlight/model/tokenizer.h"
+#include "headlight/train/trainer.h"
+
+namespace headlight::inspect {
+
+// Evaluation sequences from a corpus ("detective": the validation split; else a text file's last
+// tenth), tokenized with the model's tokenizer (byte-level when it has none and its vocabulary
+// holds bytes).
+Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokenizer,
+                       const std::string& corpus, int64_t sequences, int64_t seq = 0);
+
+struct HeadRow {
+  int64_t layer = 0, head = 0;
+  RoleScores scores;
+  std::string role;
+  double importance = 0;  // gradient importance, normalised per layer
+  double ablation = 0;    // loss increase with the head's gate at 0
+};
+
+// Every head present in the model, layer by layer.
+std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
+                                const model::Tokenizer* tokenizer, const Dataset& d,
+                                const RoleOptions& o);
+std::string head_table_json(const std::vector<HeadRow>& rows);
+
+enum class PruneBy { importance, ablation, random };
+PruneBy parse_prune_by(const std::string& name);
+const char* prune_by_name(PruneBy b);
+
+struct PruneResult {
+  double loss_before = 0, loss_after = 0;
+  double seconds_before = 0, seconds_after = 0;  // median time of a forward pass over the dataset
+  std::vector<HeadId> heads_removed;
+  std::optional<model::GPT> pruned;
+};
+
+// Removes round(fraction × heads) heads chosen by `by` (importance and ablation: the lowest first;
+// random: seeded) and measures loss and forward time on the dataset before and after.
+PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, double fraction,
+                        PruneBy by, uint64_t seed, int64_t timing_runs = 5);
+
+struct CurvePoint {
+  std::string method;
+  double fraction = 0;
+  double loss = 0;  // for random: the mean over the seeds
+};
+// Loss against the fraction removed (0.1 … 0.9) for each method; heads are switched off through
+// their gates, which computes what the physically pruned model computes (tested).
+std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const Dataset& d,
+                                      int64_t random_seeds = 5);
+
+struct SweepRow {
+  int64_t heads = 0;
+  double val_loss = 0;
+  double tokens_per_second = 0;
+  double seconds = 0;
+  RoleScores best;  // the highest score of each role over the model's heads
+};
+// Trains the same model with each head count at equal n_embd (each head gets n_embd / heads
+// dimensions) for the same steps on the same batches.
+std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& base,
+                                 const std::vector<int64_t>& heads,
+                                 const model::Tokenizer& tokenizer, const std::string& corpus,
+                                 const train::TrainOptions& options, int64_t stories);
+
+}  // namespace headlight::inspect

@@ -1,0 +1,49 @@
+// The analysis `headlight demo` and `headlight explain` run on a model and a text: the
+// continuation, the attention capture, every head's roles and importance, the pruning comparison
+// and curve, and a short summary whose numbers are all read from the model.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "headlight/inspect/analysis.h"
+#include "headlight/inspect/capture.h"
+#include "headlight/train/trainer.h"
+
+namespace headlight::inspect {
+
+struct ExplainOptions {
+  int64_t new_tokens = 12;  // greedy continuation of the text
+  int64_t sequences = 32;   // evaluation sequences for importance and pruning
+  double prune_fraction = 0.3;
+  int64_t random_seeds = 5;
+  bool curve = true;
+  std::string corpus = "detective";
+};
+
+struct Explanation {
+  std::string continuation;
+  Capture capture;
+  std::vector<HeadRow> heads;
+  std::vector<CurvePoint> curve;
+  // Pruning prune_fraction of the heads by importance, and at random (mean over random_seeds).
+  double loss_full = 0, loss_importance = 0, loss_random = 0;
+  double seconds_full = 0, seconds_pruned = 0;
+  std::vector<std::string> summary;
+};
+
+// The recipe of the bundled demo model (models/README.md; `headlight demo --retrain`).
+struct DemoRecipe {
+  model::GPTConfig model;  // vocab_size is set from the tokenizer
+  int64_t bpe_vocab = 512;
+  int64_t stories = 20000, val_stories = 500;
+  train::TrainOptions train;
+};
+DemoRecipe demo_recipe();
+
+Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,
+                    const std::string& text, const ExplainOptions& o);
+
+}  // namespace headlight::inspect

@@ -1,0 +1,186 @@
+// Head tables, pruning with measurements, pruning curves and the head-count sweep.
+
+#include "headlight/inspect/analysis.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "headlight/core/error.h"
+#include "headlight/train/corpus.h"
+
+namespace headlight::inspect {
+
+Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokenizer,
+                       const std::string& corpus, int64_t sequences, int64_t seq) {
+  const model::Tokenizer bytes = model::Tokenizer::byte_level();
+  if (!tokenizer) {
+    check(c.vocab_size >= 256,
+          "corpus: the model has no tokenizer and its vocabulary ({}) does "
+          "not hold bytes",
+          c.vocab_size);
+    tokenizer = &bytes;
+  }
+  const int64_t len = seq > 0 ? seq : c.block_size;
+  // Enough validation stories for the sequences asked for (a story is about 230 bytes).
+  const int64_t stories = std::max<int64_t>(50, sequences * len / 50);
+  const train::TextSplits text = train::load_text(corpus, 0, stories, 1);
+  const auto ids = tokenizer->encode(text.validation);
+  return make_dataset(ids, c, len, sequences);
+}
+
+std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
+                                const model::Tokenizer* tokenizer, const Dataset& d,
+                                const RoleOptions& o) {
+  const auto& c = m.config();
+  const auto scores = score_heads(ctx, m, tokenizer, o);
+  const auto grad = gradient_importance(ctx, m, d);
+  const auto abl = ablation_importance(ctx, m, d);
+  std::vector<HeadRow> rows;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    for (int64_t h = 0; h < c.heads(l); ++h) {
+      const size_t i = static_cast<size_t>(l * c.n_head + h);
+      rows.push_back({l, h, scores[i], role_of(scores[i]), grad[i], abl[i]});
+    }
+  return rows;
+}
+
+std::string head_table_json(const std::vector<HeadRow>& rows) {
+  auto heads = nlohmann::json::array();
+  for (const HeadRow& r : rows)
+    heads.push_back({{"layer", r.layer},
+                     {"head", r.head},
+                     {"role", r.role},
+                     {"importance", r.importance},
+                     {"ablation", r.ablation},
+                     {"scores",
+                      {{"previous_token", r.scores.previous_token},
+                       {"first_token", r.scores.first_token},
+                       {"self", r.scores.self},
+                       {"local", r.scores.local},
+                       {"induction", r.scores.induction},
+                       {"coreference", r.scores.coreference},
+                       {"coreference_accuracy", r.scores.coreference_accuracy}}}});
+  return nlohmann::json{{"heads", heads}}.dump();
+}
+
+PruneBy parse_prune_by(const std::string& name) {
+  if (name == "importance") return PruneBy::importance;
+  if (name == "ablation") return PruneBy::ablation;
+  if (name == "random") return PruneBy::random;
+  fail("by: expected importance, ablation or random, got \"{}\"", name);
+}
+
+const char* prune_by_name(PruneBy b) {
+  return b == PruneBy::importance ? "importance" : b == PruneBy::ablation ? "ablation" : "random";
+}
+
+namespace {
+
+double median_forward_seconds(ThreadContext& ctx, model::GPT& m, const Dataset& d, int64_t runs) {
+  std::vector<double> t;
+  dataset_loss(ctx, m, d);  // warm-up
+  for (int64_t r = 0; r < runs; ++r) {
+    const auto start = std::chrono::steady_clock::now();
+    dataset_loss(ctx, m, d);
+    t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<double> scores_for(ThreadContext& ctx, model::GPT& m, const Dataset& d, PruneBy by) {
+  if (by == PruneBy::importance) return gradient_importance(ctx, m, d);
+  if (by == PruneBy::ablation) return ablation_importance(ctx, m, d);
+  return {};
+}
+
+}  // namespace
+
+PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, double fraction,
+                        PruneBy by, uint64_t seed, int64_t timing_runs) {
+  check(fraction >= 0 && fraction <= 1, "fraction: must be in [0, 1], got {}", fraction);
+  const int64_t total = m.config().total_heads();
+  const int64_t count = static_cast<int64_t>(std::llround(fraction * static_cast<double>(total)));
+  PruneResult r;
+  r.heads_removed = heads_to_remove(m.config(), scores_for(ctx, m, d, by), count, seed);
+  std::sort(r.heads_removed.begin(), r.heads_removed.end());
+  r.loss_before = dataset_loss(ctx, m, d);
+  r.seconds_before = median_forward_seconds(ctx, m, d, timing_runs);
+  r.pruned.emplace(prune_heads(m, r.heads_removed));
+  r.loss_after = dataset_loss(ctx, *r.pruned, d);
+  r.seconds_after = median_forward_seconds(ctx, *r.pruned, d, timing_runs);
+  return r;
+}
+
+std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const Dataset& d,
+                                      int64_t random_seeds) {
+  const auto& c = m.config();
+  const std::vector<float> saved = m.gates();
+  const int64_t total = c.total_heads();
+  std::vector<CurvePoint> out;
+  const std::vector<double> grad = gradient_importance(ctx, m, d);
+  const std::vector<double> abl = ablation_importance(ctx, m, d);
+  auto loss_without = [&](const std::vector<HeadId>& heads) {
+    m.gates() = saved;
+    for (const auto& [l, h] : heads) m.gates()[static_cast<size_t>(l * c.n_head + h)] = 0.0f;
+    const double loss = dataset_loss(ctx, m, d);
+    m.gates() = saved;
+    return loss;
+  };
+  for (int step = 1; step <= 9; ++step) {
+    const double f = step / 10.0;
+    const int64_t count = static_cast<int64_t>(std::llround(f * static_cast<double>(total)));
+    out.push_back({"importance", f, loss_without(heads_to_remove(c, grad, count, 0))});
+    out.push_back({"ablation", f, loss_without(heads_to_remove(c, abl, count, 0))});
+    double sum = 0;
+    for (int64_t s = 0; s < random_seeds; ++s)
+      sum += loss_without(heads_to_remove(c, {}, count, static_cast<uint64_t>(s + 1)));
+    out.push_back({"random", f, sum / static_cast<double>(random_seeds)});
+  }
+  return out;
+}
+
+std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& base,
+                                 const std::vector<int64_t>& heads,
+                                 const model::Tokenizer& tokenizer, const std::string& corpus,
+                                 const train::TrainOptions& options, int64_t stories) {
+  const train::TextSplits text = train::load_text(corpus, stories, 200, 1);
+  const auto train_ids = tokenizer.encode(text.train), val_ids = tokenizer.encode(text.validation);
+  std::vector<SweepRow> rows;
+  for (int64_t h : heads) {
+    model::GPTConfig c = base;
+    c.n_head = h;
+    c.n_kv_head = h;
+    c.vocab_size = std::max(c.vocab_size, tokenizer.vocab_size());
+    check(c.n_embd % h == 0, "heads: n_embd {} is not divisible by {} heads", c.n_embd, h);
+    model::GPT m(c, options.seed);
+    train::TrainOptions o = options;
+    o.out.clear();
+    o.metrics.clear();
+    const train::TrainResult r = train::train_model(ctx, m, &tokenizer, train_ids, val_ids, o);
+    SweepRow row;
+    row.heads = h;
+    row.val_loss = r.val_loss;
+    row.tokens_per_second = r.tokens_per_second;
+    row.seconds = r.seconds;
+    RoleOptions ro;
+    ro.coreference_stories = corpus == "detective" ? 100 : 0;
+    for (const RoleScores& s : score_heads(ctx, m, &tokenizer, ro)) {
+      row.best.previous_token = std::max(row.best.previous_token, s.previous_token);
+      row.best.first_token = std::max(row.best.first_token, s.first_token);
+      row.best.self = std::max(row.best.self, s.self);
+      row.best.local = std::max(row.best.local, s.local);
+      row.best.induction = std::max(row.best.induction, s.induction);
+      row.best.coreference = std::max(row.best.coreference, s.coreference);
+      row.best.coreference_accuracy =
+          std::max(row.best.coreference_accuracy, s.coreference_accuracy);
+    }
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+}  // namespace headlight::inspect

@@ -1,0 +1,132 @@
+// The demo's analysis (see headlight/inspect/explain.h).
+
+#include "headlight/inspect/explain.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include <fmt/format.h>
+
+#include "headlight/core/error.h"
+#include "headlight/model/sampling.h"
+
+namespace headlight::inspect {
+
+namespace {
+
+const HeadRow* best_by(const std::vector<HeadRow>& rows, double RoleScores::*score) {
+  const HeadRow* best = nullptr;
+  for (const HeadRow& r : rows)
+    if (!best || r.scores.*score > best->scores.*score) best = &r;
+  return best;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out;
+  for (char c : s) out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  return "\"" + out + "\"";
+}
+
+}  // namespace
+
+DemoRecipe demo_recipe() {
+  DemoRecipe r;
+  r.model.n_layer = 4;
+  r.model.n_head = 4;
+  r.model.n_kv_head = 4;
+  r.model.n_embd = 128;
+  r.model.block_size = 128;
+  r.model.positional = model::Positional::rope;
+  r.train.steps = 3000;
+  r.train.batch = 16;
+  r.train.schedule = {2e-3f, 1e-4f, 150, 3000};
+  r.train.eval_every = 500;
+  r.train.seed = 1337;
+  return r;
+}
+
+Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,
+                    const std::string& text, const ExplainOptions& o) {
+  Explanation e;
+  auto ids = tokenizer.encode(text);
+  check(!ids.empty(), "text: empty");
+  const int64_t block = m.config().block_size;
+  if (static_cast<int64_t>(ids.size()) > block)
+    ids.erase(ids.begin(), ids.end() - block);  // the last block_size tokens
+  model::SamplingOptions greedy{0.0f, 0, 1.0f, 0};
+  const auto next = model::generate(ctx, m, ids, o.new_tokens, greedy);
+  e.continuation = tokenizer.decode(next);
+  e.capture = capture_tokens(ctx, m, &tokenizer, ids);
+
+  const Dataset d = corpus_dataset(m.config(), &tokenizer, o.corpus, o.sequences);
+  RoleOptions ro;
+  ro.coreference_stories = o.corpus == "detective" ? 200 : 0;
+  e.heads = head_table(ctx, m, &tokenizer, d, ro);
+  if (o.curve) e.curve = pruning_curve(ctx, m, d, o.random_seeds);
+
+  // Pruning by importance against random pruning of the same number of heads.
+  const PruneResult by_importance =
+      prune_model(ctx, m, d, o.prune_fraction, PruneBy::importance, 0);
+  e.loss_full = by_importance.loss_before;
+  e.loss_importance = by_importance.loss_after;
+  e.seconds_full = by_importance.seconds_before;
+  e.seconds_pruned = by_importance.seconds_after;
+  double random_sum = 0;
+  for (int64_t s = 0; s < o.random_seeds; ++s) {
+    const auto heads =
+        heads_to_remove(m.config(), {}, static_cast<int64_t>(by_importance.heads_removed.size()),
+                        static_cast<uint64_t>(s + 1));
+    model::GPT pruned = prune_heads(m, heads);
+    random_sum += dataset_loss(ctx, pruned, d);
+  }
+  e.loss_random = random_sum / static_cast<double>(std::max<int64_t>(1, o.random_seeds));
+
+  // The summary: every number comes from the measurements above.
+  auto& s = e.summary;
+  s.push_back(fmt::format("Continuation: {}{}",
+                          text.size() > 60 ? "…" + text.substr(text.size() - 60) : text,
+                          e.continuation));
+  if (const HeadRow* c = best_by(e.heads, &RoleScores::coreference); c && o.corpus == "detective") {
+    std::string link;
+    // On this text: which name does that head's pronoun row favour?
+    const auto words = e.capture.words;
+    for (size_t w = 0; w < words.size(); ++w)
+      if (words[w].text == "she" || words[w].text == "he" || words[w].text == "She" ||
+          words[w].text == "He") {
+        const float* row = e.capture.head(c->layer, c->head) + words[w].first * e.capture.seq;
+        size_t best = 0;
+        double best_w = -1;
+        for (size_t k = 0; k < w; ++k) {
+          double sum = 0;
+          for (int64_t j = words[k].first; j <= words[k].last; ++j) sum += row[j];
+          if (sum > best_w && !words[k].text.empty() &&
+              std::isupper(static_cast<unsigned char>(words[k].text[0]))) {
+            best_w = sum;
+            best = k;
+          }
+        }
+        link = fmt::format("; on this text \"{}\" attends most to {} ({:.2f})", words[w].text,
+                           quoted(words[best].text), best_w);
+      }
+    s.push_back(fmt::format(
+        "Coreference head: layer {} head {}: its pronoun attends most to the "
+        "antecedent for {:.0f}% of the test stories' pronouns (score {:.2f}){}",
+        c->layer, c->head, 100 * c->scores.coreference_accuracy, c->scores.coreference, link));
+  }
+  if (const HeadRow* p = best_by(e.heads, &RoleScores::previous_token))
+    s.push_back(fmt::format("Previous-token head: layer {} head {} (score {:.2f})", p->layer,
+                            p->head, p->scores.previous_token));
+  if (const HeadRow* i = best_by(e.heads, &RoleScores::induction))
+    s.push_back(fmt::format("Induction head: layer {} head {} (score {:.2f})", i->layer, i->head,
+                            i->scores.induction));
+  s.push_back(fmt::format(
+      "Pruning {:.0f}% of the heads ({}) by importance: validation loss {:.4f} → {:.4f} (+{:.4f}); "
+      "at random (mean of {} seeds): → {:.4f} (+{:.4f}); the pruned model's forward pass takes "
+      "{:.2f}× the time of the full one",
+      100 * o.prune_fraction, by_importance.heads_removed.size(), e.loss_full, e.loss_importance,
+      e.loss_importance - e.loss_full, o.random_seeds, e.loss_random, e.loss_random - e.loss_full,
+      e.seconds_pruned / e.seconds_full));
+  return e;
+}
+
+}  // namespace headlight::inspect
