@@ -34,7 +34,7 @@ build: configure
 	@echo "$(CURDIR)/$(BUILD)/python" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/headlight-build.pth"
 
 demo: build
-	$(BUILD)/apps/cli/headlight attention-demo
+	$(BUILD)/apps/cli/headlight demo
 
 test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

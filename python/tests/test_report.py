@@ -1,0 +1,161 @@
+"""The head report and the demo's summary, end to end through the CLI: the HTML report renders in
+headless Chromium (Debian's `chromium`) with no script errors, its head view draws lines and a
+screenshot is not blank; the summary's numbers are those of `headlight heads --json`."""
+
+import json
+import re
+import shutil
+import struct
+import subprocess
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import headlight
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
+STORY = ("Maria found a red key in the kitchen. John found a blue map in the garden. "
+         "Later she opened the door with the")
+
+
+@pytest.fixture(scope="module")
+def model_path(tmp_path_factory):
+    """A small byte-level model, trained briefly so that its heads are not all alike."""
+    path = tmp_path_factory.mktemp("model") / "m.safetensors"
+    subprocess.run([str(CLI), "train", "--steps", "60", "--n-layer", "2", "--n-head", "2",
+                    "--n-embd", "32", "--block-size", "128", "--batch", "8", "--stories", "400",
+                    "--val-stories", "40", "--eval-every", "60", "--out", str(path),
+                    "--threads", "2"], check=True, capture_output=True)
+    return path
+
+
+def run_explain(model_path, report, *extra):
+    out = subprocess.run([str(CLI), "explain", str(model_path), STORY, "--report", str(report),
+                          "--sequences", "4", "--threads", "2", *extra],
+                         check=True, capture_output=True, text=True, errors="replace")
+    return out.stdout
+
+
+def decode_png(data):
+    """Pixels of an 8-bit RGB or RGBA, non-interlaced PNG (what Chromium writes), as an array."""
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    pos, idat, width = 8, b"", None
+    while pos < len(data):
+        (length,) = struct.unpack(">I", data[pos:pos + 4])
+        kind, body = data[pos + 4:pos + 8], data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour = struct.unpack(">IIBB", body[:10])
+            assert depth == 8 and colour in (2, 6)
+            channels = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += body
+        pos += 12 + length
+    raw = zlib.decompress(idat)
+    stride = width * channels
+    out = np.zeros((height, stride), dtype=np.int32)
+    prev = np.zeros(stride, dtype=np.int32)
+    for y in range(height):
+        f = raw[y * (stride + 1)]
+        line = np.frombuffer(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)], dtype=np.uint8).astype(np.int32)
+        cur = np.zeros(stride, dtype=np.int32)
+        for x in range(stride):
+            a = cur[x - channels] if x >= channels else 0
+            b = prev[x]
+            c = prev[x - channels] if x >= channels else 0
+            if f == 0:
+                p = 0
+            elif f == 1:
+                p = a
+            elif f == 2:
+                p = b
+            elif f == 3:
+                p = (a + b) // 2
+            else:
+                pa, pb, pc = abs(b - c), abs(a - c), abs(a + b - 2 * c)
+                p = a if pa <= pb and pa <= pc else (b if pb <= pc else c)
+            cur[x] = (line[x] + p) & 255
+        out[y], prev = cur, cur
+    return out.reshape(height, width, channels)
+
+
+def chromium():
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("Chromium is not installed (Debian: chromium); the report's browser test is skipped")
+    probe = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                            "data:text/html,<p>ok</p>"], capture_output=True, text=True, timeout=120)
+    if "<p>ok</p>" not in probe.stdout:
+        pytest.skip(f"Chromium cannot start here: {probe.stderr.strip()[-300:]}")
+    return exe
+
+
+def test_report_renders_in_headless_chromium(model_path, tmp_path):
+    exe = chromium()
+    report = tmp_path / "report.html"
+    run_explain(model_path, report, "--png", str(tmp_path / "head.png"))
+    html = report.read_text()
+    assert "<script src" not in html and "http://" not in html.replace("http://www.w3.org", "")
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
+    dom = subprocess.run([exe, *flags, "--dump-dom", report.as_uri()], capture_output=True,
+                         text=True, timeout=120)
+    body = re.search(r"<body([^>]*)>", dom.stdout).group(1)
+    assert 'data-rendered="ok"' in body, body
+    assert 'data-errors="0"' in body, body
+    assert int(re.search(r'data-lines="(\d+)"', body).group(1)) > 10  # the head view drew lines
+    assert "Uncaught" not in dom.stderr, dom.stderr[-2000:]
+    shot = tmp_path / "shot.png"
+    subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1000,900",
+                    f"--screenshot={shot}", report.as_uri()], capture_output=True, timeout=120)
+    pixels = decode_png(shot.read_bytes())[..., :3]
+    assert pixels.shape[0] == 900
+    dark = (pixels.sum(axis=2) < 600).mean()  # not a blank page: text, lines and heatmaps
+    assert dark > 0.01, dark
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 20
+    # The PNG heatmap from libpng decodes and has a cell per attention entry.
+    heat = decode_png((tmp_path / "head.png").read_bytes())
+    assert heat.shape[0] == heat.shape[1] and heat.shape[0] % 8 == 0
+
+
+def test_summary_numbers_come_from_the_model(model_path, tmp_path):
+    heads = json.loads(subprocess.run([str(CLI), "heads", str(model_path), "--json", "--sequences",
+                                       "4", "--threads", "2"], check=True, capture_output=True,
+                                      text=True).stdout)["heads"]
+    assert len(heads) == 4 and {"previous_token", "induction", "coreference"} <= set(heads[0]["scores"])
+    summary = run_explain(model_path, tmp_path / "r.html", "--no-curve")
+    for role, label in [("previous_token", "Previous-token head"), ("induction", "Induction head")]:
+        best = max(heads, key=lambda h: h["scores"][role])
+        m = re.search(label + r": layer (\d+) head (\d+) \(score ([0-9.]+)\)", summary)
+        assert m, summary
+        assert (int(m.group(1)), int(m.group(2))) == (best["layer"], best["head"])
+        assert abs(float(m.group(3)) - best["scores"][role]) < 0.006
+    # Another model gives other numbers: nothing in the summary is fixed text.
+    other = tmp_path / "other.safetensors"
+    m2 = headlight.GPT(headlight.GPT.load(str(model_path)).config, seed=99)
+    m2.tokenizer = headlight.Tokenizer.byte_level()
+    m2.save(str(other))
+    assert run_explain(other, tmp_path / "r2.html", "--no-curve").split("•")[2:] != summary.split("•")[2:]
+
+
+def test_prune_json_and_the_pruned_checkpoint(model_path, tmp_path):
+    out = tmp_path / "small.safetensors"
+    r = json.loads(subprocess.run([str(CLI), "prune", str(model_path), "--fraction", "0.5", "--by",
+                                   "random", "--seed", "3", "--out", str(out), "--json",
+                                   "--sequences", "4", "--threads", "2"], check=True,
+                                  capture_output=True, text=True).stdout)
+    assert set(r) == {"loss_before", "loss_after", "seconds_before", "seconds_after", "heads_removed"}
+    assert len(r["heads_removed"]) == 2
+    small = headlight.GPT.load(str(out))
+    assert sum(small.config["layer_heads"]) == 2
+    # The pruned checkpoint loads, runs and generates.
+    assert len(small.generate(np.array(small.tokenizer.encode("Maria")), 5, temperature=0)) == 5
+    # It computes what the full model computes with those heads' gates at 0.
+    full = headlight.GPT.load(str(model_path))
+    gates = full.gates
+    for layer, head in r["heads_removed"]:
+        gates[layer, head] = 0
+    full.gates = gates
+    tokens = np.array([full.tokenizer.encode(STORY)[:100]])
+    np.testing.assert_allclose(small.forward(tokens), full.forward(tokens), atol=1e-5)
