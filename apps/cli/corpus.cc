@@ -16,6 +16,7 @@ void add_corpus(CLI::App& app) {
     std::string split = "train";
     int64_t stories = 10;
     uint64_t seed = 1;
+    int64_t references = 1;
     bool json = false;
   };
   auto args = std::make_shared<Args>();
@@ -25,11 +26,13 @@ void add_corpus(CLI::App& app) {
   det->add_option("--stories", args->stories, "Number of stories")->capture_default_str();
   det->add_option("--seed", args->seed, "Base seed (each split has its own stream)")
       ->capture_default_str();
+  det->add_option("--references", args->references, "Pronoun sentences per story")
+      ->capture_default_str();
   det->add_flag("--json", args->json,
                 "One JSON record per line: text, characters, pronoun and answer with offsets");
   det->callback([args] {
-    const auto stories =
-        train::detective_stories({train::parse_split(args->split), args->stories, args->seed});
+    const auto stories = train::detective_stories(
+        {train::parse_split(args->split), args->stories, args->seed, args->references});
     for (const auto& s : stories) {
       if (!args->json) {
         fmt::print("{}", s.text);
@@ -39,7 +42,15 @@ void add_corpus(CLI::App& app) {
       for (const auto& c : s.characters)
         chars.push_back(
             {{"name", c.name}, {"offset", c.offset}, {"length", c.length}, {"pronoun", c.pronoun}});
+      nlohmann::json refs = nlohmann::json::array();
+      for (const auto& r : s.references)
+        refs.push_back({{"antecedent", r.antecedent},
+                        {"pronoun", r.pronoun},
+                        {"pronoun_offset", r.pronoun_offset},
+                        {"answer", r.answer},
+                        {"answer_offset", r.answer_offset}});
       fmt::print("{}\n", nlohmann::json{{"text", s.text},
+                                        {"references", refs},
                                         {"characters", chars},
                                         {"antecedent", s.antecedent},
                                         {"pronoun", s.pronoun},

@@ -101,7 +101,8 @@ void add_demo(CLI::App& app) {
       std::filesystem::create_directories("demo");
       const inspect::DemoRecipe r = inspect::demo_recipe();
       ThreadContext ctx(a->threads);
-      const train::TextSplits text = train::load_text("detective", r.stories, r.val_stories, 1);
+      const train::TextSplits text =
+          train::load_text("detective", r.stories, r.val_stories, 1, r.references);
       const model::Tokenizer tok = model::Tokenizer::train_bpe(text.train, r.bpe_vocab);
       model::GPTConfig c = r.model;
       c.vocab_size = tok.vocab_size();

@@ -19,6 +19,19 @@ struct DataArgs {
   int64_t sequences = 32;
   int threads = 0;
   bool json = false;
+  // The checkpoint, its tokenizer and the evaluation sequences of the corpus.
+  struct Loaded {
+    train::LoadedModel model;
+    const model::Tokenizer* tokenizer;
+    inspect::Dataset data;
+  };
+  Loaded load(const std::string& path) const {
+    train::LoadedModel m = train::load_model(path);
+    Loaded out{std::move(m), nullptr, {}};
+    out.tokenizer = out.model.tokenizer ? &*out.model.tokenizer : nullptr;
+    out.data = inspect::corpus_dataset(out.model.model.config(), out.tokenizer, corpus, sequences);
+    return out;
+  }
   void add(CLI::App* cmd) {
     cmd->add_option("--corpus", corpus, "\"detective\" (its validation split) or a text file")
         ->capture_default_str();
@@ -55,14 +68,11 @@ void add_heads(CLI::App& app) {
   cmd->add_option("--text", a->text, "Text for the text-based scores (default: test stories)");
   a->add(cmd);
   cmd->callback([a] {
-    train::LoadedModel loaded = train::load_model(a->model);
+    auto l = a->load(a->model);
     ThreadContext ctx(a->threads);
-    const model::Tokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
-    const inspect::Dataset d =
-        inspect::corpus_dataset(loaded.model.config(), tok, a->corpus, a->sequences);
     inspect::RoleOptions o;
     o.text = a->text;
-    const auto rows = inspect::head_table(ctx, loaded.model, tok, d, o);
+    const auto rows = inspect::head_table(ctx, l.model.model, l.tokenizer, l.data, o);
     if (a->json) {
       fmt::print("{}\n", inspect::head_table_json(rows));
       return;
@@ -90,11 +100,11 @@ void add_prune(CLI::App& app) {
                 "Loss against the fraction removed (10% … 90%) for each method instead");
   a->add(cmd);
   cmd->callback([a] {
-    train::LoadedModel loaded = train::load_model(a->model);
+    auto l = a->load(a->model);
     ThreadContext ctx(a->threads);
-    const model::Tokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
-    const inspect::Dataset d =
-        inspect::corpus_dataset(loaded.model.config(), tok, a->corpus, a->sequences);
+    auto& loaded = l.model;
+    const model::Tokenizer* tok = l.tokenizer;
+    const inspect::Dataset& d = l.data;
     if (a->curve) {
       const auto points = inspect::pruning_curve(ctx, loaded.model, d);
       if (a->json) {
@@ -180,12 +190,7 @@ void add_sweep(CLI::App& app) {
                      {"val_loss", r.val_loss},
                      {"tokens_per_second", r.tokens_per_second},
                      {"seconds", r.seconds},
-                     {"best_scores",
-                      {{"previous_token", r.best.previous_token},
-                       {"first_token", r.best.first_token},
-                       {"local", r.best.local},
-                       {"induction", r.best.induction},
-                       {"coreference", r.best.coreference}}}});
+                     {"best_scores", nlohmann::json::parse(inspect::scores_json(r.best))}});
       fmt::print("{}\n", nlohmann::json{{"sweep", j}}.dump());
       return;
     }

@@ -32,6 +32,7 @@ struct TrainArgs {
   std::string corpus = "detective";
   int64_t stories = 20000, val_stories = 500;
   uint64_t corpus_seed = 1;
+  int64_t references = 1;
   std::string tokenizer = "byte";
   int threads = 0;
   bool json = false;
@@ -92,6 +93,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
       ->capture_default_str();
   cmd->add_option("--val-stories", a->val_stories, "Validation stories")->capture_default_str();
+  cmd->add_option("--references", a->references, "Pronoun sentences per detective story")
+      ->capture_default_str();
   cmd->add_option("--corpus-seed", a->corpus_seed, "Seed of the detective corpus")
       ->capture_default_str();
   auto* m = cmd->add_option_group("model");
@@ -144,7 +147,7 @@ void add_train(CLI::App& app) {
     c.tied_embeddings = !a->untied;
     c.n_kv_head = a->n_kv_head > 0 ? a->n_kv_head : c.n_head;
     const train::TextSplits text =
-        train::load_text(a->corpus, a->stories, a->val_stories, a->corpus_seed);
+        train::load_text(a->corpus, a->stories, a->val_stories, a->corpus_seed, a->references);
     ThreadContext ctx(a->threads);
     train::TrainOptions o = a->train;
     o.out = a->out;

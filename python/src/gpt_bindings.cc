@@ -54,6 +54,18 @@ py::array_t<int32_t, py::array::c_style | py::array::forcecast> token_array(cons
   return arr;
 }
 
+// tokens and targets of the same [B, T] shape.
+std::pair<py::array_t<int32_t, py::array::c_style | py::array::forcecast>,
+          py::array_t<int32_t, py::array::c_style | py::array::forcecast>>
+token_pair(const py::handle& tokens, const py::handle& targets, int64_t& batch, int64_t& seq) {
+  int64_t b2, t2;
+  auto x = token_array(tokens, "tokens", batch, seq);
+  auto y = token_array(targets, "targets", b2, t2);
+  check(batch == b2 && seq == t2, "targets: shape [{}, {}] differs from tokens [{}, {}]", b2, t2,
+        batch, seq);
+  return {std::move(x), std::move(y)};
+}
+
 py::array_t<float> copy_out(const float* data, std::vector<int64_t> shape) {
   py::array_t<float> out(shape);
   std::memcpy(out.mutable_data(), data, sizeof(float) * static_cast<size_t>(out.size()));
@@ -161,11 +173,8 @@ void bind_gpt(py::module_& m) {
       .def(
           "loss_and_grads",
           [](PyGPT& self, const py::object& tokens, const py::object& targets) {
-            int64_t b, t, b2, t2;
-            auto x = token_array(tokens, "tokens", b, t);
-            auto y = token_array(targets, "targets", b2, t2);
-            check(b == b2 && t == t2, "targets: shape [{}, {}] differs from tokens [{}, {}]", b2,
-                  t2, b, t);
+            int64_t b, t;
+            auto [x, y] = token_pair(tokens, targets, b, t);
             double loss;
             {
               py::gil_scoped_release release;
@@ -178,11 +187,8 @@ void bind_gpt(py::module_& m) {
       .def(
           "loss",
           [](PyGPT& self, const py::object& tokens, const py::object& targets) {
-            int64_t b, t, b2, t2;
-            auto x = token_array(tokens, "tokens", b, t);
-            auto y = token_array(targets, "targets", b2, t2);
-            check(b == b2 && t == t2, "targets: shape [{}, {}] differs from tokens [{}, {}]", b2,
-                  t2, b, t);
+            int64_t b, t;
+            auto [x, y] = token_pair(tokens, targets, b, t);
             py::gil_scoped_release release;
             return self.model->loss(self.ctx, x.data(), y.data(), b, t);
           },

@@ -47,6 +47,17 @@ std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
   return rows;
 }
 
+std::string scores_json(const RoleScores& s) {
+  return nlohmann::json{{"previous_token", s.previous_token},
+                        {"first_token", s.first_token},
+                        {"self", s.self},
+                        {"local", s.local},
+                        {"induction", s.induction},
+                        {"coreference", s.coreference},
+                        {"coreference_accuracy", s.coreference_accuracy}}
+      .dump();
+}
+
 std::string head_table_json(const std::vector<HeadRow>& rows) {
   auto heads = nlohmann::json::array();
   for (const HeadRow& r : rows)
@@ -55,14 +66,7 @@ std::string head_table_json(const std::vector<HeadRow>& rows) {
                      {"role", r.role},
                      {"importance", r.importance},
                      {"ablation", r.ablation},
-                     {"scores",
-                      {{"previous_token", r.scores.previous_token},
-                       {"first_token", r.scores.first_token},
-                       {"self", r.scores.self},
-                       {"local", r.scores.local},
-                       {"induction", r.scores.induction},
-                       {"coreference", r.scores.coreference},
-                       {"coreference_accuracy", r.scores.coreference_accuracy}}}});
+                     {"scores", nlohmann::json::parse(scores_json(r.scores))}});
   return nlohmann::json{{"heads", heads}}.dump();
 }
 

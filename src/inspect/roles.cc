@@ -144,15 +144,17 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
       for (const auto& ch : st.characters)
         mentions.emplace_back(at[static_cast<size_t>(ch.offset)],
                               at[static_cast<size_t>(ch.offset + ch.length - 1)]);
-      const int64_t pronoun = at[static_cast<size_t>(st.pronoun_offset)];
       const Capture cap = capture_tokens(ctx, m, tokenizer, ids);
-      for (int64_t l = 0; l < L; ++l)
-        for (int64_t h = 0; h < H; ++h)
-          if (present(l, h) &&
-              most_attended_mention(cap.head(l, h), cap.seq, pronoun, mentions) == st.antecedent)
-            ++correct[static_cast<size_t>(l * H + h)];
-      chance += 1.0 / static_cast<double>(mentions.size());
-      ++counted;
+      for (const train::Reference& ref : st.references) {
+        const int64_t pronoun = at[static_cast<size_t>(ref.pronoun_offset)];
+        for (int64_t l = 0; l < L; ++l)
+          for (int64_t h = 0; h < H; ++h)
+            if (present(l, h) &&
+                most_attended_mention(cap.head(l, h), cap.seq, pronoun, mentions) == ref.antecedent)
+              ++correct[static_cast<size_t>(l * H + h)];
+        chance += 1.0 / static_cast<double>(mentions.size());
+        ++counted;
+      }
     }
     if (counted > 0) {
       chance /= static_cast<double>(counted);

@@ -37,6 +37,7 @@ constexpr std::array kDistractors = {"The rain did not stop.",
                                      "A train whistled far away.",
                                      "The fire was almost out.",
                                      "Footsteps echoed upstairs."};
+constexpr std::array kThen = {"Then", "After that", "Next"};
 constexpr std::array kEndings = {"opened the door with the",
                                  "showed everyone the",
                                  "picked up the",
@@ -79,6 +80,8 @@ const char* split_name(Split s) {
 
 std::vector<Story> detective_stories(const CorpusOptions& o) {
   check(o.stories >= 0, "stories: must be ≥ 0, got {}", o.stories);
+  check(o.references >= 1 && o.references <= 8, "references: must be in [1, 8], got {}",
+        o.references);
   // Each split has its own stream: the seed mixed with the split through Philox.
   const auto key = philox4x32(o.seed, 0xC0F1, static_cast<uint64_t>(o.split));
   Generator g((static_cast<uint64_t>(key[0]) << 32) | key[1]);
@@ -121,15 +124,26 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
     const int64_t distractors = 1 + g.next_u32() % 3;
     for (size_t idx : distinct(kDistractors.size(), static_cast<size_t>(distractors), g))
       st.text += std::string(" ") + kDistractors[idx];
-    st.antecedent = g.next_u32() % chars.size();
-    const size_t a = static_cast<size_t>(st.antecedent);
-    st.pronoun = chars[a].second;
-    st.text += " Later ";
-    st.pronoun_offset = static_cast<int64_t>(st.text.size());
-    st.text += st.pronoun + " " + pick(kEndings, g) + " ";
-    st.answer = std::string(kColours[colours[a]]) + " " + kObjects[objects[a]];
-    st.answer_offset = static_cast<int64_t>(st.text.size());
-    st.text += st.answer + ".\n";
+    for (int64_t r = 0; r < o.references; ++r) {
+      Reference ref;
+      ref.antecedent = g.next_u32() % chars.size();
+      const size_t a = static_cast<size_t>(ref.antecedent);
+      ref.pronoun = chars[a].second;
+      st.text += r == 0 ? " Later " : std::string(" ") + pick(kThen, g) + " ";
+      ref.pronoun_offset = static_cast<int64_t>(st.text.size());
+      st.text += ref.pronoun + " " + pick(kEndings, g) + " ";
+      ref.answer = std::string(kColours[colours[a]]) + " " + kObjects[objects[a]];
+      ref.answer_offset = static_cast<int64_t>(st.text.size());
+      st.text += ref.answer + ".";
+      st.references.push_back(ref);
+    }
+    st.text += "\n";
+    const Reference& first = st.references.front();
+    st.antecedent = first.antecedent;
+    st.pronoun = first.pronoun;
+    st.pronoun_offset = first.pronoun_offset;
+    st.answer = first.answer;
+    st.answer_offset = first.answer_offset;
     out.push_back(std::move(st));
   }
   return out;
@@ -142,10 +156,10 @@ std::string corpus_text(const std::vector<Story>& stories) {
 }
 
 TextSplits load_text(const std::string& corpus, int64_t train_stories, int64_t val_stories,
-                     uint64_t seed) {
+                     uint64_t seed, int64_t references) {
   if (corpus == "detective") {
-    return {corpus_text(detective_stories({Split::train, train_stories, seed})),
-            corpus_text(detective_stories({Split::validation, val_stories, seed}))};
+    return {corpus_text(detective_stories({Split::train, train_stories, seed, references})),
+            corpus_text(detective_stories({Split::validation, val_stories, seed, references}))};
   }
   std::ifstream in(corpus, std::ios::binary);
   check(in.good(), "corpus: cannot read \"{}\" (expected \"detective\" or a text file)", corpus);

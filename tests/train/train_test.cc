@@ -51,6 +51,20 @@ TEST(Corpus, StoriesRecordWhereThePronounNamesAndAnswerAre) {
             corpus_text(detective_stories({Split::train, 20, 4})));
 }
 
+TEST(Corpus, SeveralReferencesPerStory) {
+  const auto stories = detective_stories({Split::validation, 50, 2, 3});
+  for (const Story& s : stories) {
+    ASSERT_EQ(s.references.size(), 3u);
+    EXPECT_EQ(s.references[0].pronoun_offset, s.pronoun_offset);
+    for (const Reference& r : s.references) {
+      EXPECT_EQ(s.text.substr(r.pronoun_offset, r.pronoun.size()), r.pronoun);
+      EXPECT_EQ(s.text.substr(r.answer_offset, r.answer.size()), r.answer);
+      EXPECT_EQ(s.characters[r.antecedent].pronoun, r.pronoun);
+    }
+  }
+  testing::expect_error([] { detective_stories({Split::train, 1, 1, 0}); }, {"references"});
+}
+
 model::GPTConfig tiny() {
   model::GPTConfig c;
   c.vocab_size = 256;

@@ -36,6 +36,9 @@ std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
                                 const model::Tokenizer* tokenizer, const Dataset& d,
                                 const RoleOptions& o);
 std::string head_table_json(const std::vector<HeadRow>& rows);
+// {"previous_token": x, "first_token": x, "self": x, "local": x, "induction": x,
+//  "coreference": x, "coreference_accuracy": x}
+std::string scores_json(const RoleScores& s);
 
 enum class PruneBy { importance, ablation, random };
 PruneBy parse_prune_by(const std::string& name);

@@ -37,8 +37,9 @@ struct Explanation {
 // The recipe of the bundled demo model (models/README.md; `headlight demo --retrain`).
 struct DemoRecipe {
   model::GPTConfig model;  // vocab_size is set from the tokenizer
-  int64_t bpe_vocab = 512;
+  int64_t bpe_vocab = 1024;
   int64_t stories = 20000, val_stories = 500;
+  int64_t references = 3;  // pronoun sentences per training story
   train::TrainOptions train;
 };
 DemoRecipe demo_recipe();

@@ -29,6 +29,15 @@ struct Mention {
   std::string pronoun;  // "she", "he" or "it"
 };
 
+// One sentence that refers to a character by pronoun and continues with its colour and object.
+struct Reference {
+  int64_t antecedent = 0;  // index into the story's characters
+  std::string pronoun;     // "she", "he" or "it"
+  int64_t pronoun_offset = 0;
+  std::string answer;  // "red key": the antecedent's colour and object
+  int64_t answer_offset = 0;
+};
+
 struct Story {
   std::string text;                 // one story, ending with ".\n"
   std::vector<Mention> characters;  // in order of introduction
@@ -37,12 +46,18 @@ struct Story {
   int64_t pronoun_offset = 0;
   std::string answer;         // "red key": the antecedent's colour and object
   int64_t answer_offset = 0;  // where the answer starts in the last sentence
+  // Every reference sentence (the fields above repeat the first); more than one when
+  // CorpusOptions::references > 1.
+  std::vector<Reference> references;
 };
 
 struct CorpusOptions {
   Split split = Split::train;
   int64_t stories = 1000;
   uint64_t seed = 1;  // the base seed; each split derives its own stream from it
+  // Reference sentences per story ("Later she …", then "Then he …"): 1 as in the examples; more
+  // give a model more pronouns to resolve per story (the demo model is trained with 3).
+  int64_t references = 1;
 };
 
 std::vector<Story> detective_stories(const CorpusOptions& o);
@@ -56,6 +71,6 @@ struct TextSplits {
   std::string train, validation;
 };
 TextSplits load_text(const std::string& corpus, int64_t train_stories, int64_t val_stories,
-                     uint64_t seed);
+                     uint64_t seed, int64_t references = 1);
 
 }  // namespace headlight::train
