@@ -33,6 +33,7 @@ struct TrainArgs {
   int64_t stories = 20000, val_stories = 500;
   uint64_t corpus_seed = 1;
   int64_t references = 1;
+  double drills = 0.0;
   std::string tokenizer = "byte";
   int threads = 0;
   bool json = false;
@@ -95,6 +96,8 @@ void add_train(CLI::App& app) {
   cmd->add_option("--val-stories", a->val_stories, "Validation stories")->capture_default_str();
   cmd->add_option("--references", a->references, "Pronoun sentences per detective story")
       ->capture_default_str();
+  cmd->add_option("--drills", a->drills, "Fraction of detective stories followed by a recall line")
+      ->capture_default_str();
   cmd->add_option("--corpus-seed", a->corpus_seed, "Seed of the detective corpus")
       ->capture_default_str();
   auto* m = cmd->add_option_group("model");
@@ -147,7 +150,8 @@ void add_train(CLI::App& app) {
     c.tied_embeddings = !a->untied;
     c.n_kv_head = a->n_kv_head > 0 ? a->n_kv_head : c.n_head;
     const train::TextSplits text =
-        train::load_text(a->corpus, a->stories, a->val_stories, a->corpus_seed, a->references);
+        train::load_text(a->corpus, a->stories, a->val_stories, a->corpus_seed, a->references,
+                         a->drills);
     ThreadContext ctx(a->threads);
     train::TrainOptions o = a->train;
     o.out = a->out;

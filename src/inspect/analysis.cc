@@ -35,7 +35,14 @@ std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
                                 const model::Tokenizer* tokenizer, const Dataset& d,
                                 const RoleOptions& o) {
   const auto& c = m.config();
-  const auto scores = score_heads(ctx, m, tokenizer, o);
+  RoleOptions with_tokens = o;
+  if (with_tokens.induction_tokens.empty()) {
+    std::vector<int32_t> seen(d.tokens.begin(), d.tokens.end());
+    std::sort(seen.begin(), seen.end());
+    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+    with_tokens.induction_tokens = seen;
+  }
+  const auto scores = score_heads(ctx, m, tokenizer, with_tokens);
   const auto grad = gradient_importance(ctx, m, d);
   const auto abl = ablation_importance(ctx, m, d);
   std::vector<HeadRow> rows;

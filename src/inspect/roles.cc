@@ -122,7 +122,9 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
     std::vector<int32_t> seq(static_cast<size_t>(2 * n));
     for (int64_t k = 0; k < n; ++k)
       seq[static_cast<size_t>(k)] = seq[static_cast<size_t>(n + k)] =
-          static_cast<int32_t>(g.next_u32() % static_cast<uint32_t>(vocab));
+          o.induction_tokens.empty()
+              ? static_cast<int32_t>(g.next_u32() % static_cast<uint32_t>(vocab))
+              : o.induction_tokens[g.next_u32() % o.induction_tokens.size()];
     const Capture cap = capture_tokens(ctx, m, tokenizer, seq);
     for (int64_t l = 0; l < L; ++l)
       for (int64_t h = 0; h < H; ++h)
@@ -156,7 +158,7 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
         ++counted;
       }
     }
-    if (counted > 0) {
+    if (counted >= o.min_pronouns) {
       chance /= static_cast<double>(counted);
       for (size_t i = 0; i < scores.size(); ++i) {
         const double acc = static_cast<double>(correct[i]) / static_cast<double>(counted);

@@ -304,6 +304,10 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
   const int fd = ::mkstemp(tmp.data());
   check(fd >= 0, "{}: cannot create a temporary file in {} ({})", path, dir.string(),
         std::strerror(errno));
+  // mkstemp creates the file 0600; give it the permissions a plain create would (0666 & ~umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
   auto write_all = [&](const void* data, size_t bytes) {
     const char* p = static_cast<const char*>(data);
     while (bytes > 0) {

@@ -82,6 +82,7 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
   check(o.stories >= 0, "stories: must be ≥ 0, got {}", o.stories);
   check(o.references >= 1 && o.references <= 8, "references: must be in [1, 8], got {}",
         o.references);
+  check(o.drills >= 0 && o.drills <= 1, "drills: must be in [0, 1], got {}", o.drills);
   // Each split has its own stream: the seed mixed with the split through Philox.
   const auto key = philox4x32(o.seed, 0xC0F1, static_cast<uint64_t>(o.split));
   Generator g((static_cast<uint64_t>(key[0]) << 32) | key[1]);
@@ -138,6 +139,19 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
       st.references.push_back(ref);
     }
     st.text += "\n";
+    if (o.drills > 0 && g.uniform() < o.drills) {
+      std::string words;
+      const int64_t n = 4 + g.next_u32() % 7;
+      for (int64_t w = 0; w < n; ++w) {
+        const uint32_t kind = g.next_u32() % 4;
+        const char* word = kind == 0   ? pick(kWomen, g)
+                           : kind == 1 ? pick(kColours, g)
+                           : kind == 2 ? pick(kObjects, g)
+                                       : pick(kPlaces, g);
+        words += (w ? " " : "") + std::string(word);
+      }
+      st.text += words + " | " + words + "\n";
+    }
     const Reference& first = st.references.front();
     st.antecedent = first.antecedent;
     st.pronoun = first.pronoun;
@@ -156,10 +170,10 @@ std::string corpus_text(const std::vector<Story>& stories) {
 }
 
 TextSplits load_text(const std::string& corpus, int64_t train_stories, int64_t val_stories,
-                     uint64_t seed, int64_t references) {
+                     uint64_t seed, int64_t references, double drills) {
   if (corpus == "detective") {
-    return {corpus_text(detective_stories({Split::train, train_stories, seed, references})),
-            corpus_text(detective_stories({Split::validation, val_stories, seed, references}))};
+    return {corpus_text(detective_stories({Split::train, train_stories, seed, references, drills})),
+            corpus_text(detective_stories({Split::validation, val_stories, seed, references, drills}))};
   }
   std::ifstream in(corpus, std::ios::binary);
   check(in.good(), "corpus: cannot read \"{}\" (expected \"detective\" or a text file)", corpus);

@@ -7,7 +7,8 @@
 //                   i), clipped to [0, 1]: 1 when every row looks at itself or its neighbours
 //   induction       on sequences of random tokens repeated twice, r₁…r_n r₁…r_n: the mean over the
 //                   second copy's rows of the weight on the token after the earlier occurrence of
-//                   the query's token (P[n + k, k + 1])
+//                   the query's token (P[n + k, k + 1]); the tokens are drawn from those of the
+//                   model's corpus
 //   coreference     on the detective corpus's test stories: the pronoun's attention summed over
 //   each
 //                   character mention's tokens; accuracy = how often the antecedent gets the most;
@@ -51,6 +52,12 @@ struct RoleOptions {
   int64_t induction_length = 0;  // tokens per copy (0: min(block_size / 2, 48))
   int64_t coreference_stories = 200;
   uint64_t seed = 1;
+  // Tokens the induction sequences are drawn from (empty: the whole vocabulary). A model knows only
+  // the tokens of its corpus; head_table passes those of its evaluation data.
+  std::vector<int32_t> induction_tokens;
+  // Fewer pronouns than this (stories longer than block_size are skipped) leave the coreference
+  // scores at 0: too few to measure.
+  int64_t min_pronouns = 30;
 };
 
 // Scores of every head, [n_layer × n_head] (layer major); heads a pruned layer lacks get zeros.

@@ -58,6 +58,10 @@ struct CorpusOptions {
   // Reference sentences per story ("Later she …", then "Then he …"): 1 as in the examples; more
   // give a model more pronouns to resolve per story (the demo model is trained with 3).
   int64_t references = 1;
+  // Probability that a story is followed by a recall line: 4 to 10 words of the corpus's
+  // vocabulary, then the same words again ("red Maria garden key | red Maria garden key"). Such
+  // lines reward copying from context (induction heads); 0 in the examples.
+  double drills = 0.0;
 };
 
 std::vector<Story> detective_stories(const CorpusOptions& o);
@@ -71,6 +75,6 @@ struct TextSplits {
   std::string train, validation;
 };
 TextSplits load_text(const std::string& corpus, int64_t train_stories, int64_t val_stories,
-                     uint64_t seed, int64_t references = 1);
+                     uint64_t seed, int64_t references = 1, double drills = 0.0);
 
 }  // namespace headlight::train
