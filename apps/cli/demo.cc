@@ -3,6 +3,7 @@
 // `--retrain` trains that model from scratch first with the recipe of models/README.md.
 
 #include <filesystem>
+#include <fstream>
 
 #include <fmt/format.h>
 
@@ -25,6 +26,8 @@ constexpr const char* kStory =
 struct ExplainArgs {
   std::string report = "demo/report.html";
   std::string png;
+  std::string capture_json;  // the capture as JSON
+  std::string npy;           // the probabilities [n_layer, n_head, T, T] as .npy
   int64_t sequences = 32;
   int threads = 0;
   bool no_curve = false;
@@ -54,6 +57,17 @@ void run_explain(train::LoadedModel& loaded, const std::string& model_path, cons
   in.curve = e.curve;
   viz::write_report(a.report, in);
   fmt::print("\nwrote {}\n", a.report);
+  if (!a.capture_json.empty()) {
+    std::ofstream out(a.capture_json);
+    check(out.good(), "--capture-json: cannot write {}", a.capture_json);
+    out << inspect::to_json(e.capture) << "\n";
+    fmt::print("wrote {}\n", a.capture_json);
+  }
+  if (!a.npy.empty()) {
+    inspect::write_npy(a.npy, e.capture.probs.data(),
+                       {e.capture.n_layer, e.capture.n_head, e.capture.seq, e.capture.seq});
+    fmt::print("wrote {}\n", a.npy);
+  }
   if (!a.png.empty()) {
     // The heatmap of the head the report opens with (the best coreference head).
     const inspect::HeadRow* best = nullptr;
@@ -70,6 +84,9 @@ void run_explain(train::LoadedModel& loaded, const std::string& model_path, cons
 void add_explain_options(CLI::App* cmd, ExplainArgs& a) {
   cmd->add_option("--report", a.report, "Where to write the HTML report")->capture_default_str();
   cmd->add_option("--png", a.png, "Also write the opening head's attention as a PNG heatmap");
+  cmd->add_option("--capture-json", a.capture_json,
+                  "Also write the capture (tokens, words, statistics, probabilities) as JSON");
+  cmd->add_option("--npy", a.npy, "Also write the probabilities [layer, head, T, T] as .npy");
   cmd->add_option("--sequences", a.sequences, "Validation sequences for importance and pruning")
       ->capture_default_str();
   cmd->add_flag("--no-curve", a.no_curve, "Skip the pruning curves (faster)");

@@ -95,7 +95,13 @@ def chromium():
 def test_report_renders_in_headless_chromium(model_path, tmp_path):
     exe = chromium()
     report = tmp_path / "report.html"
-    run_explain(model_path, report, "--png", str(tmp_path / "head.png"))
+    run_explain(model_path, report, "--png", str(tmp_path / "head.png"), "--npy",
+                str(tmp_path / "p.npy"), "--capture-json", str(tmp_path / "c.json"))
+    probs = np.load(tmp_path / "p.npy")
+    capture = json.loads((tmp_path / "c.json").read_text())
+    assert probs.shape == (2, 2, capture["seq"], capture["seq"])
+    np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)  # exact attention: rows sum to 1
+    assert len(capture["words"]) < capture["seq"] and capture["stats"][0]["entropy"] >= 0
     html = report.read_text()
     assert "<script src" not in html and "http://" not in html.replace("http://www.w3.org", "")
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]
