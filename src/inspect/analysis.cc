@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <functional>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
@@ -108,6 +110,37 @@ std::vector<double> scores_for(ThreadContext& ctx, model::GPT& m, const Dataset&
   return {};
 }
 
+// Heads to remove, chosen step by step as Michel et al. do: `targets` is the running total to reach
+// at each step; before each step the remaining heads are scored again with the removed ones
+// switched off (their gates at 0), and the lowest go. The model's gates are restored.
+std::vector<HeadId> remove_step_by_step(
+    ThreadContext& ctx, model::GPT& m, const Dataset& d, PruneBy by,
+    const std::vector<int64_t>& targets,
+    const std::function<void(const std::vector<HeadId>&)>& at_step) {
+  const auto& c = m.config();
+  const std::vector<float> saved = m.gates();
+  auto gate_off = [&](const std::vector<HeadId>& heads) {
+    m.gates() = saved;
+    for (const auto& [l, h] : heads) m.gates()[static_cast<size_t>(l * c.n_head + h)] = 0.0f;
+  };
+  std::vector<HeadId> removed;
+  for (int64_t target : targets) {
+    gate_off(removed);
+    std::vector<double> scores = scores_for(ctx, m, d, by);
+    for (const auto& [l, h] : removed)
+      scores[static_cast<size_t>(l * c.n_head + h)] = std::numeric_limits<double>::infinity();
+    const int64_t more = target - static_cast<int64_t>(removed.size());
+    if (more > 0)
+      for (const HeadId& id : heads_to_remove(c, scores, more, 0)) removed.push_back(id);
+    if (at_step) {
+      gate_off(removed);
+      at_step(removed);
+    }
+  }
+  m.gates() = saved;
+  return removed;
+}
+
 }  // namespace
 
 PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, double fraction,
@@ -116,7 +149,19 @@ PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, dou
   const int64_t total = m.config().total_heads();
   const int64_t count = static_cast<int64_t>(std::llround(fraction * static_cast<double>(total)));
   PruneResult r;
-  r.heads_removed = heads_to_remove(m.config(), scores_for(ctx, m, d, by), count, seed);
+  if (by == PruneBy::random) {
+    r.heads_removed = heads_to_remove(m.config(), {}, count, seed);
+  } else {
+    // The curve's steps (a tenth of the heads each, rounded) up to the count, re-scoring before
+    // each, so that prune and --curve agree.
+    std::vector<int64_t> targets;
+    for (int k = 1; k <= 9; ++k) {
+      const int64_t t = std::llround(k / 10.0 * static_cast<double>(total));
+      if (t < count && (targets.empty() || t > targets.back())) targets.push_back(t);
+    }
+    targets.push_back(count);
+    r.heads_removed = remove_step_by_step(ctx, m, d, by, targets, {});
+  }
   std::sort(r.heads_removed.begin(), r.heads_removed.end());
   r.loss_before = dataset_loss(ctx, m, d);
   r.seconds_before = median_forward_seconds(ctx, m, d, timing_runs);
@@ -131,26 +176,32 @@ std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const D
   const auto& c = m.config();
   const std::vector<float> saved = m.gates();
   const int64_t total = c.total_heads();
+  std::vector<int64_t> targets;
+  for (int step = 1; step <= 9; ++step)
+    targets.push_back(std::llround(step / 10.0 * static_cast<double>(total)));
   std::vector<CurvePoint> out;
-  const std::vector<double> grad = gradient_importance(ctx, m, d);
-  const std::vector<double> abl = ablation_importance(ctx, m, d);
-  auto loss_without = [&](const std::vector<HeadId>& heads) {
-    m.gates() = saved;
-    for (const auto& [l, h] : heads) m.gates()[static_cast<size_t>(l * c.n_head + h)] = 0.0f;
-    const double loss = dataset_loss(ctx, m, d);
-    m.gates() = saved;
-    return loss;
-  };
-  for (int step = 1; step <= 9; ++step) {
-    const double f = step / 10.0;
-    const int64_t count = static_cast<int64_t>(std::llround(f * static_cast<double>(total)));
-    out.push_back({"importance", f, loss_without(heads_to_remove(c, grad, count, 0))});
-    out.push_back({"ablation", f, loss_without(heads_to_remove(c, abl, count, 0))});
-    double sum = 0;
-    for (int64_t s = 0; s < random_seeds; ++s)
-      sum += loss_without(heads_to_remove(c, {}, count, static_cast<uint64_t>(s + 1)));
-    out.push_back({"random", f, sum / static_cast<double>(random_seeds)});
+  for (PruneBy by : {PruneBy::importance, PruneBy::ablation}) {
+    int step = 0;
+    remove_step_by_step(ctx, m, d, by, targets, [&](const std::vector<HeadId>&) {
+      out.push_back({prune_by_name(by), ++step / 10.0, dataset_loss(ctx, m, d)});
+    });
   }
+  for (int step = 1; step <= 9; ++step) {
+    double sum = 0;
+    for (int64_t s = 0; s < random_seeds; ++s) {
+      m.gates() = saved;
+      for (const auto& [l, h] : heads_to_remove(c, {}, targets[static_cast<size_t>(step - 1)],
+                                                static_cast<uint64_t>(s + 1)))
+        m.gates()[static_cast<size_t>(l * c.n_head + h)] = 0.0f;
+      sum += dataset_loss(ctx, m, d);
+    }
+    out.push_back({"random", step / 10.0, sum / static_cast<double>(random_seeds)});
+  }
+  m.gates() = saved;
+  // Ordered by fraction, then importance, ablation, random.
+  std::stable_sort(out.begin(), out.end(), [](const CurvePoint& a, const CurvePoint& b) {
+    return a.fraction < b.fraction;
+  });
   return out;
 }
 

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "headlight/inspect/analysis.h"
 #include "headlight/inspect/capture.h"
 #include "headlight/inspect/importance.h"
 #include "headlight/inspect/roles.h"
@@ -142,6 +143,22 @@ TEST(Prune, ThePrunedModelComputesWhatTheGatedModelComputes) {
   const auto targets = data(32);
   EXPECT_TRUE(std::isfinite(empty.forward_backward(ctx, tokens.data(), targets.data(), 1, 32)));
   testing::expect_error([&] { prune_heads(m, {{2, 0}}); }, {"heads: (2, 0)"});
+}
+
+TEST(Prune, CurveCoversEveryFractionAndMethod) {
+  model::GPT m(config(), 2);
+  ThreadContext ctx(2);
+  const Dataset d = make_dataset(data(600), m.config(), 32, 4);
+  const auto gates = m.gates();
+  const auto curve = pruning_curve(ctx, m, d, 2);
+  ASSERT_EQ(curve.size(), 27u);
+  for (size_t i = 0; i < curve.size(); ++i) {
+    EXPECT_NEAR(curve[i].fraction, 0.1 * static_cast<double>(i / 3 + 1), 1e-12);
+    EXPECT_EQ(curve[i].method,
+              (std::vector<std::string>{"importance", "ablation", "random"}[i % 3]));
+    EXPECT_TRUE(std::isfinite(curve[i].loss));
+  }
+  EXPECT_EQ(m.gates(), gates);  // the model is left as it was
 }
 
 TEST(Prune, HeadsToRemoveFollowsScoresOrSeed) {

@@ -51,8 +51,10 @@ struct PruneResult {
   std::optional<model::GPT> pruned;
 };
 
-// Removes round(fraction × heads) heads chosen by `by` (importance and ablation: the lowest first;
-// random: seeded) and measures loss and forward time on the dataset before and after.
+// Removes round(fraction × heads) heads chosen by `by` (importance and ablation: the lowest first,
+// step by step in tenths of the heads with the remaining heads re-scored before each step, as in
+// Michel et al.; random: seeded) and measures loss and forward time on the dataset before and
+// after.
 PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, double fraction,
                         PruneBy by, uint64_t seed, int64_t timing_runs = 5);
 
@@ -61,8 +63,11 @@ struct CurvePoint {
   double fraction = 0;
   double loss = 0;  // for random: the mean over the seeds
 };
-// Loss against the fraction removed (0.1 … 0.9) for each method; heads are switched off through
-// their gates, which computes what the physically pruned model computes (tested).
+// Loss against the fraction removed (0.1 … 0.9) for each method, ordered by fraction and then
+// importance, ablation, random. Importance and ablation prune step by step (the remaining heads
+// are re-scored with the removed ones off, as in Michel et al.); random is the mean over seeds.
+// Heads are switched off through their gates, which computes what the physically pruned model
+// computes (tested).
 std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const Dataset& d,
                                       int64_t random_seeds = 5);
 
