@@ -116,24 +116,14 @@ void add_demo(CLI::App& app) {
     if (a->retrain) {
       path = "demo/detective.safetensors";
       std::filesystem::create_directories("demo");
-      const inspect::DemoRecipe r = inspect::demo_recipe();
       ThreadContext ctx(a->threads);
-      const train::TextSplits text =
-          train::load_text("detective", r.stories, r.val_stories, 1, r.references);
-      const model::Tokenizer tok = model::Tokenizer::train_bpe(text.train, r.bpe_vocab);
-      model::GPTConfig c = r.model;
-      c.vocab_size = tok.vocab_size();
-      model::GPT m(c, r.train.seed);
-      train::TrainOptions o = r.train;
-      o.out = path;
-      fmt::print(stderr, "retraining: {} steps (models/README.md's recipe)\n", o.steps);
-      const auto res = train::train_model(
-          ctx, m, &tok, tok.encode(text.train), tok.encode(text.validation), o,
-          [](const train::StepReport& s) {
-            if (s.step % 100 == 0 || s.val_loss)
-              fmt::print(stderr, "step {}/{} loss {:.4f}{}\n", s.step, s.steps, s.loss,
-                         s.val_loss ? fmt::format(" val {:.4f}", *s.val_loss) : "");
-          });
+      fmt::print(stderr, "retraining: {} steps (models/README.md's recipe)\n",
+                 inspect::demo_recipe().train.steps);
+      const auto res = inspect::train_demo_model(ctx, path, [](const train::StepReport& s) {
+        if (s.step % 100 == 0 || s.val_loss)
+          fmt::print(stderr, "step {}/{} loss {:.4f}{}\n", s.step, s.steps, s.loss,
+                     s.val_loss ? fmt::format(" val {:.4f}", *s.val_loss) : "");
+      });
       fmt::print(stderr, "retrained in {:.0f} s: validation loss {:.4f}\n", res.seconds,
                  res.val_loss);
     }

@@ -9,6 +9,7 @@
 
 #include "headlight/core/error.h"
 #include "headlight/model/sampling.h"
+#include "headlight/train/corpus.h"
 
 namespace headlight::inspect {
 
@@ -43,6 +44,21 @@ DemoRecipe demo_recipe() {
   r.train.eval_every = 500;
   r.train.seed = 1337;
   return r;
+}
+
+train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
+                                    const std::function<void(const train::StepReport&)>& on_step) {
+  const DemoRecipe r = demo_recipe();
+  const train::TextSplits text =
+      train::load_text("detective", r.stories, r.val_stories, 1, r.references);
+  const model::Tokenizer tok = model::Tokenizer::train_bpe(text.train, r.bpe_vocab);
+  model::GPTConfig c = r.model;
+  c.vocab_size = tok.vocab_size();
+  model::GPT m(c, r.train.seed);
+  train::TrainOptions o = r.train;
+  o.out = path;
+  return train::train_model(ctx, m, &tok, tok.encode(text.train), tok.encode(text.validation), o,
+                            on_step);
 }
 
 Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,

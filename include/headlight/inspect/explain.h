@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,10 @@ struct DemoRecipe {
   train::TrainOptions train;
 };
 DemoRecipe demo_recipe();
+// Trains the demo model from scratch with demo_recipe() (BPE tokenizer learnt from the training
+// stories) and writes it to `path`.
+train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
+                                    const std::function<void(const train::StepReport&)>& on_step);
 
 Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,
                     const std::string& text, const ExplainOptions& o);
