@@ -102,6 +102,9 @@ def test_report_renders_in_headless_chromium(model_path, tmp_path):
     assert probs.shape == (2, 2, capture["seq"], capture["seq"])
     np.testing.assert_allclose(probs.sum(-1), 1.0, atol=1e-5)  # exact attention: rows sum to 1
     assert len(capture["words"]) < capture["seq"] and capture["stats"][0]["entropy"] >= 0
+    words = np.array(capture["word_probs"])
+    assert words.shape == (2, 2, len(capture["words"]), len(capture["words"]))
+    np.testing.assert_allclose(words.sum(-1), 1.0, atol=1e-3)
     html = report.read_text()
     assert "<script src" not in html and "http://" not in html.replace("http://www.w3.org", "")
     flags = ["--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0"]

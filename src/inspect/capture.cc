@@ -139,8 +139,10 @@ std::string to_json(const Capture& c, bool include_probs) {
         for (int64_t i = 0; i < c.seq; ++i) {
           const float* row = c.head(l, h) + i * c.seq;
           auto r = nlohmann::json::array();
-          for (int64_t k = 0; k <= i || (k < c.seq && row[k] != 0.0f); ++k)
-            r.push_back(std::round(row[k] * 1e5f) / 1e5f);
+          // Up to the last non-zero weight (at least the diagonal): causal rows stop at i.
+          int64_t last = c.seq - 1;
+          while (last > i && row[last] == 0.0f) --last;
+          for (int64_t k = 0; k <= last; ++k) r.push_back(std::round(row[k] * 1e5f) / 1e5f);
           head.push_back(r);
         }
         layer.push_back(head);
@@ -148,6 +150,27 @@ std::string to_json(const Capture& c, bool include_probs) {
       probs.push_back(layer);
     }
     j["probs"] = probs;
+    // The word view, [n_layer][n_head][W][W].
+    const int64_t W = static_cast<int64_t>(c.words.size());
+    const std::vector<float> wp = word_attention(c);
+    auto words_view = nlohmann::json::array();
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      auto layer = nlohmann::json::array();
+      for (int64_t h = 0; h < c.n_head; ++h) {
+        auto head = nlohmann::json::array();
+        for (int64_t a = 0; a < W; ++a) {
+          auto r = nlohmann::json::array();
+          for (int64_t b = 0; b < W; ++b)
+            r.push_back(
+                std::round(wp[static_cast<size_t>(((l * c.n_head + h) * W + a) * W + b)] * 1e5f) /
+                1e5f);
+          head.push_back(r);
+        }
+        layer.push_back(head);
+      }
+      words_view.push_back(layer);
+    }
+    j["word_probs"] = words_view;
   }
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }

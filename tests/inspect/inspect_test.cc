@@ -88,6 +88,28 @@ TEST(Capture, WordsStatsAndNpy) {
   std::filesystem::remove(path);
 }
 
+TEST(Capture, WordViewSumsKeysAndAveragesQueries) {
+  // Tokens "a", " b", "c", " d": words "a" = {0}, "bc" = {1, 2}, "d" = {3}.
+  Capture c;
+  c.token_text = {"a", " b", "c", " d"};
+  c.words = split_words(c.token_text);
+  c.n_layer = c.n_head = 1;
+  c.seq = 4;
+  c.probs = {1.0f, 0,    0,    0,  //
+             0.5f, 0.5f, 0,    0,  //
+             0.2f, 0.3f, 0.5f, 0,  //
+             0.1f, 0.2f, 0.3f, 0.4f};
+  ASSERT_EQ(c.words.size(), 3u);
+  const auto w = word_attention(c);
+  ASSERT_EQ(w.size(), 9u);
+  // Row "bc": the mean of token rows 1 and 2, keys of "bc" summed: (0.5 + 0.5 + 0.3)/2 … .
+  EXPECT_NEAR(w[3 + 0], (0.5 + 0.2) / 2, 1e-6);
+  EXPECT_NEAR(w[3 + 1], (0.5 + 0.3 + 0.5) / 2, 1e-6);
+  EXPECT_NEAR(w[3 + 2], 0.0, 1e-6);
+  EXPECT_NEAR(w[6 + 1], 0.2 + 0.3, 1e-6);
+  for (int a = 0; a < 3; ++a) EXPECT_NEAR(w[a * 3] + w[a * 3 + 1] + w[a * 3 + 2], 1.0, 1e-6);
+}
+
 model::GPTConfig config() {
   model::GPTConfig c;
   c.vocab_size = 41;

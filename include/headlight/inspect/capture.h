@@ -63,7 +63,8 @@ std::vector<Word> split_words(const std::vector<std::string>& token_text);
 // queries (rows still sum to 1).
 std::vector<float> word_attention(const Capture& c);
 
-// JSON: tokens, token texts, words, statistics and the probabilities (nested arrays).
+// JSON: tokens, token texts, words, statistics, the probabilities (nested arrays; each row up to
+// its last non-zero weight) and the word view ("word_probs").
 std::string to_json(const Capture& c, bool include_probs = true);
 
 // A little-endian float32 .npy file (NumPy format 1.0) of `data` with `shape`, written atomically.

@@ -30,7 +30,8 @@ struct ForwardOptions {
   bool train = false;  // dropout on (when config.dropout > 0)
   uint64_t seed = 0;   // dropout stream for this step
   attention::KernelChoice kernel = attention::KernelChoice::automatic;
-  // When non-null: the exact attention probabilities P (before dropout) of every layer,
+  // When non-null: the exact attention probabilities P of every layer (after dropout when train is
+  // set and the config has dropout),
   // [n_layer, B, n_head, T, T], recomputed by the fused kernel from the saved log-sum-exp.
   float* attention_probs = nullptr;
 };
