@@ -14,25 +14,28 @@ void add_corpus(CLI::App& app) {
   cmd->require_subcommand(1);
   struct Args {
     std::string split = "train";
-    int64_t stories = 10;
-    uint64_t seed = 1;
-    int64_t references = 1;
+    train::CorpusOptions o{.stories = 10};
     bool json = false;
   };
   auto args = std::make_shared<Args>();
   auto* det = cmd->add_subcommand(
       "detective", "Short stories where a pronoun refers back to one of two or three characters");
   det->add_option("--split", args->split, "train, validation or test")->capture_default_str();
-  det->add_option("--stories", args->stories, "Number of stories")->capture_default_str();
-  det->add_option("--seed", args->seed, "Base seed (each split has its own stream)")
+  det->add_option("--stories", args->o.stories, "Number of stories")->capture_default_str();
+  det->add_option("--seed", args->o.seed, "Base seed (each split has its own stream)")
       ->capture_default_str();
-  det->add_option("--references", args->references, "Pronoun sentences per story")
+  det->add_option("--references", args->o.references, "Pronoun sentences per story")
+      ->capture_default_str();
+  det->add_option("--drills", args->o.drills, "Fraction of stories followed by a recall line")
+      ->capture_default_str();
+  det->add_option("--drill-words", args->o.drill_words, "Longest recall line, in words (4..64)")
       ->capture_default_str();
   det->add_flag("--json", args->json,
                 "One JSON record per line: text, characters, pronoun and answer with offsets");
   det->callback([args] {
-    const auto stories = train::detective_stories(
-        {train::parse_split(args->split), args->stories, args->seed, args->references});
+    train::CorpusOptions o = args->o;
+    o.split = train::parse_split(args->split);
+    const auto stories = train::detective_stories(o);
     for (const auto& s : stories) {
       if (!args->json) {
         fmt::print("{}", s.text);
@@ -40,13 +43,19 @@ void add_corpus(CLI::App& app) {
       }
       nlohmann::json chars = nlohmann::json::array();
       for (const auto& c : s.characters)
-        chars.push_back(
-            {{"name", c.name}, {"offset", c.offset}, {"length", c.length}, {"pronoun", c.pronoun}});
+        chars.push_back({{"name", c.name},
+                         {"offset", c.offset},
+                         {"length", c.length},
+                         {"pronoun", c.pronoun},
+                         {"sentence_offset", c.sentence_offset},
+                         {"sentence_length", c.sentence_length}});
       nlohmann::json refs = nlohmann::json::array();
       for (const auto& r : s.references)
         refs.push_back({{"antecedent", r.antecedent},
                         {"pronoun", r.pronoun},
                         {"pronoun_offset", r.pronoun_offset},
+                        {"subject", r.subject},
+                        {"subject_offset", r.subject_offset},
                         {"answer", r.answer},
                         {"answer_offset", r.answer_offset}});
       fmt::print("{}\n", nlohmann::json{{"text", s.text},

@@ -20,8 +20,8 @@ namespace headlight::cli {
 namespace {
 
 constexpr const char* kStory =
-    "Maria found a red key in the kitchen. John found a blue map in the garden. Later she opened "
-    "the door with the";
+    "The red key for Maria lay in the kitchen. The blue map for John lay in the garden. Later she "
+    "opened the door with her";
 
 struct ExplainArgs {
   std::string report = "demo/report.html";

@@ -16,7 +16,8 @@ void add_generate(CLI::App& app) {
   struct Args {
     std::string model;
     std::string prompt =
-        "Maria found a red key in the kitchen. John found a blue map in the garden. Later she";
+        "The red key for Maria lay in the kitchen. The blue map for John lay in the garden. Later "
+        "she";
     int64_t tokens = 40;
     model::SamplingOptions sampling{0.8f, 0, 1.0f, 0};
     bool greedy = false;

@@ -43,16 +43,18 @@ struct DataArgs {
 };
 
 void print_table(const std::vector<inspect::HeadRow>& rows) {
-  fmt::print("{:>5} {:>4}  {:<15} {:>10} {:>9}  {:>8} {:>8} {:>6} {:>6} {:>9} {:>11}\n", "layer",
-             "head", "role", "importance", "ablation", "prev_tok", "first", "local", "self",
-             "induction", "coreference");
+  fmt::print(
+      "{:>5} {:>4}  {:<15} {:>10} {:>9}  {:>8} {:>9} {:>6} {:>6} {:>6} {:>9} {:>11}  {:>9}\n",
+      "layer", "head", "role", "importance", "ablation", "prev_tok", "prev_text", "first", "local",
+      "self", "induction", "coreference", "coref_sent");
   for (const auto& r : rows)
     fmt::print(
-        "{:>5} {:>4}  {:<15} {:>10.3f} {:>9.4f}  {:>8.3f} {:>8.3f} {:>6.3f} {:>6.3f} "
-        "{:>9.3f} {:>5.3f} ({:.0f}%)\n",
+        "{:>5} {:>4}  {:<15} {:>10.3f} {:>9.4f}  {:>8.3f} {:>9.3f} {:>6.3f} {:>6.3f} {:>6.3f} "
+        "{:>9.3f} {:>5.3f} ({:>3.0f}%) {:>5.3f} ({:>3.0f}%)\n",
         r.layer, r.head, r.role, r.importance, r.ablation, r.scores.previous_token,
-        r.scores.first_token, r.scores.local, r.scores.self, r.scores.induction,
-        r.scores.coreference, 100 * r.scores.coreference_accuracy);
+        r.scores.previous_token_text, r.scores.first_token, r.scores.local, r.scores.self,
+        r.scores.induction, r.scores.coreference, 100 * r.scores.coreference_accuracy,
+        r.scores.coreference_sentence, 100 * r.scores.coreference_sentence_accuracy);
 }
 
 }  // namespace
@@ -146,43 +148,51 @@ void add_prune(CLI::App& app) {
 
 void add_sweep(CLI::App& app) {
   struct Args {
-    std::vector<int64_t> heads = {1, 2, 4, 8, 16};
     model::GPTConfig model;
-    train::TrainOptions train;
-    std::string corpus = "detective", tokenizer = "byte";
-    int64_t stories = 5000;
+    inspect::SweepOptions sweep;
+    std::string tokenizer = "byte";
     int threads = 0;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
-  a->train.steps = 300;
-  a->train.eval_every = 300;
-  a->train.schedule = {2e-3f, 2e-4f, 30, 300};
+  a->sweep.train.steps = 300;
+  a->sweep.train.eval_every = 300;
+  a->sweep.train.schedule = {2e-3f, 2e-4f, 30, 300};
   auto* cmd = app.add_subcommand("sweep", "Train one model per head count at equal n_embd");
-  cmd->add_option("--heads", a->heads, "Head counts")->delimiter(',')->capture_default_str();
+  cmd->add_option("--heads", a->sweep.heads, "Head counts")->delimiter(',')->capture_default_str();
   cmd->add_option("--n-embd", a->model.n_embd, "Embedding width")->capture_default_str();
   cmd->add_option("--n-layer", a->model.n_layer, "Layers")->capture_default_str();
   cmd->add_option("--block-size", a->model.block_size, "Context length")->capture_default_str();
-  cmd->add_option("--steps", a->train.steps, "Training steps per model")->capture_default_str();
-  cmd->add_option("--batch", a->train.batch, "Sequences per step")->capture_default_str();
-  cmd->add_option("--lr", a->train.schedule.lr, "Peak learning rate")->capture_default_str();
-  cmd->add_option("--corpus", a->corpus, "\"detective\" or a text file")->capture_default_str();
+  cmd->add_option("--steps", a->sweep.train.steps, "Training steps per model")
+      ->capture_default_str();
+  cmd->add_option("--batch", a->sweep.train.batch, "Sequences per step")->capture_default_str();
+  cmd->add_option("--lr", a->sweep.train.schedule.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--corpus", a->sweep.corpus, "\"detective\" or a text file")
+      ->capture_default_str();
   cmd->add_option("--tokenizer", a->tokenizer, "byte or bpe:VOCAB")->capture_default_str();
-  cmd->add_option("--stories", a->stories, "Training stories")->capture_default_str();
-  cmd->add_option("--seed", a->train.seed, "Seed")->capture_default_str();
+  cmd->add_option("--stories", a->sweep.stories, "Training stories")->capture_default_str();
+  cmd->add_option("--references", a->sweep.shape.references, "Pronoun sentences per story")
+      ->capture_default_str();
+  cmd->add_option("--drills", a->sweep.shape.drills,
+                  "Fraction of stories followed by a recall line")
+      ->capture_default_str();
+  cmd->add_option("--drill-words", a->sweep.shape.drill_words, "Longest recall line, in words")
+      ->capture_default_str();
+  cmd->add_option("--seed", a->sweep.train.seed, "Seed")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
     ThreadContext ctx(a->threads);
-    const train::TextSplits text = train::load_text(a->corpus, a->stories, 1, 1);
+    const train::TextSplits text =
+        train::load_text(a->sweep.corpus, a->sweep.stories, 1, a->sweep.shape);
     const model::Tokenizer tok =
         a->tokenizer.rfind("bpe:", 0) == 0
             ? model::Tokenizer::train_bpe(text.train, std::stoll(a->tokenizer.substr(4)))
             : model::Tokenizer::byte_level();
-    train::TrainOptions o = a->train;
-    o.schedule.total = o.steps;
-    o.eval_every = o.steps;
-    const auto rows = inspect::head_sweep(ctx, a->model, a->heads, tok, a->corpus, o, a->stories);
+    inspect::SweepOptions o = a->sweep;
+    o.train.schedule.total = o.train.steps;
+    o.train.eval_every = o.train.steps;
+    const auto rows = inspect::head_sweep(ctx, a->model, tok, o);
     if (a->json) {
       auto j = nlohmann::json::array();
       for (const auto& r : rows)

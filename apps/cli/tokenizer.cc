@@ -32,7 +32,7 @@ void add_tokenizer(CLI::App& app) {
   train->add_option("--out", args->out, "Where to write the tokenizer (JSON)")
       ->capture_default_str();
   train->callback([args] {
-    const auto text = train::load_text(args->corpus, args->stories, 1, args->seed);
+    const auto text = train::load_text(args->corpus, args->stories, 1, {.seed = args->seed});
     const auto tok = model::Tokenizer::train_bpe(text.train, args->vocab);
     std::ofstream out(args->out);
     check(out.good(), "--out: cannot write {}", args->out);

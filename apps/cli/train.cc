@@ -31,9 +31,7 @@ struct TrainArgs {
   int64_t warmup = 100;
   std::string corpus = "detective";
   int64_t stories = 20000, val_stories = 500;
-  uint64_t corpus_seed = 1;
-  int64_t references = 1;
-  double drills = 0.0;
+  train::CorpusOptions shape;  // seed, references and recall lines of the detective corpus
   std::string tokenizer = "byte";
   int threads = 0;
   bool json = false;
@@ -94,11 +92,14 @@ void add_train(CLI::App& app) {
   cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
       ->capture_default_str();
   cmd->add_option("--val-stories", a->val_stories, "Validation stories")->capture_default_str();
-  cmd->add_option("--references", a->references, "Pronoun sentences per detective story")
+  cmd->add_option("--references", a->shape.references, "Pronoun sentences per detective story")
       ->capture_default_str();
-  cmd->add_option("--drills", a->drills, "Fraction of detective stories followed by a recall line")
+  cmd->add_option("--drills", a->shape.drills,
+                  "Fraction of detective stories followed by a recall line")
       ->capture_default_str();
-  cmd->add_option("--corpus-seed", a->corpus_seed, "Seed of the detective corpus")
+  cmd->add_option("--drill-words", a->shape.drill_words, "Longest recall line, in words (4..64)")
+      ->capture_default_str();
+  cmd->add_option("--corpus-seed", a->shape.seed, "Seed of the detective corpus")
       ->capture_default_str();
   auto* m = cmd->add_option_group("model");
   m->add_option("--n-layer", a->model.n_layer, "Layers")->capture_default_str();
@@ -150,8 +151,7 @@ void add_train(CLI::App& app) {
     c.tied_embeddings = !a->untied;
     c.n_kv_head = a->n_kv_head > 0 ? a->n_kv_head : c.n_head;
     const train::TextSplits text =
-        train::load_text(a->corpus, a->stories, a->val_stories, a->corpus_seed, a->references,
-                         a->drills);
+        train::load_text(a->corpus, a->stories, a->val_stories, a->shape);
     ThreadContext ctx(a->threads);
     train::TrainOptions o = a->train;
     o.out = a->out;
@@ -227,7 +227,7 @@ void add_eval(CLI::App& app) {
       text = train::corpus_text(
           train::detective_stories({train::parse_split(a->split), a->stories, a->seed}));
     } else {
-      text = train::load_text(a->corpus, 0, 0, a->seed).validation;
+      text = train::load_text(a->corpus, 0, 0, {.seed = a->seed}).validation;
     }
     const auto ids = loaded.tokenizer->encode(text);
     ThreadContext ctx(a->threads);

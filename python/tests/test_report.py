@@ -17,8 +17,8 @@ import headlight
 
 ROOT = Path(__file__).resolve().parents[2]
 CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
-STORY = ("Maria found a red key in the kitchen. John found a blue map in the garden. "
-         "Later she opened the door with the")
+STORY = ("The red key for Maria lay in the kitchen. The blue map for John lay in the garden. "
+         "Later she opened the door with her")
 
 
 @pytest.fixture(scope="module")
@@ -136,10 +136,19 @@ def test_summary_numbers_come_from_the_model(model_path, tmp_path):
     summary = run_explain(model_path, tmp_path / "r.html", "--no-curve")
     for role, label in [("previous_token", "Previous-token head"), ("induction", "Induction head")]:
         best = max(heads, key=lambda h: h["scores"][role])
-        m = re.search(label + r": layer (\d+) head (\d+) \(score ([0-9.]+)\)", summary)
+        m = re.search(label + r": layer (\d+) head (\d+) \(score ([0-9.]+)[ )]", summary)
         assert m, summary
         assert (int(m.group(1)), int(m.group(2))) == (best["layer"], best["head"])
         assert abs(float(m.group(3)) - best["scores"][role]) < 0.006
+    best = max(heads, key=lambda h: h["scores"]["previous_token"])
+    m = re.search(r"Previous-token head: .*, ([0-9.]+) on the test stories\)", summary)
+    assert m and abs(float(m.group(1)) - best["scores"]["previous_token_text"]) < 0.006, summary
+    assert "coreference_sentence_accuracy" in heads[0]["scores"]
+    m = re.search(r"Pronoun-resolving head: layer (\d+) head (\d+): .* for (\d+)% .*\(score ([0-9.]+)\)",
+                  summary)
+    if m:  # only when the test stories fit the model's context
+        best = max(heads, key=lambda h: h["scores"]["coreference_sentence"])
+        assert abs(float(m.group(4)) - best["scores"]["coreference_sentence"]) < 0.006, summary
     # Another model gives other numbers: nothing in the summary is fixed text.
     other = tmp_path / "other.safetensors"
     m2 = headlight.GPT(headlight.GPT.load(str(model_path)).config, seed=99)

@@ -28,7 +28,7 @@ Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokeni
   const int64_t len = seq > 0 ? seq : c.block_size;
   // Enough validation stories for the sequences asked for (a story is about 230 bytes).
   const int64_t stories = std::max<int64_t>(50, sequences * len / 50);
-  const train::TextSplits text = train::load_text(corpus, 0, stories, 1);
+  const train::TextSplits text = train::load_text(corpus, 0, stories);
   const auto ids = tokenizer->encode(text.validation);
   return make_dataset(ids, c, len, sequences);
 }
@@ -58,12 +58,15 @@ std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
 
 std::string scores_json(const RoleScores& s) {
   return nlohmann::json{{"previous_token", s.previous_token},
+                        {"previous_token_text", s.previous_token_text},
                         {"first_token", s.first_token},
                         {"self", s.self},
                         {"local", s.local},
                         {"induction", s.induction},
                         {"coreference", s.coreference},
-                        {"coreference_accuracy", s.coreference_accuracy}}
+                        {"coreference_accuracy", s.coreference_accuracy},
+                        {"coreference_sentence", s.coreference_sentence},
+                        {"coreference_sentence_accuracy", s.coreference_sentence_accuracy}}
       .dump();
 }
 
@@ -206,20 +209,18 @@ std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const D
 }
 
 std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& base,
-                                 const std::vector<int64_t>& heads,
-                                 const model::Tokenizer& tokenizer, const std::string& corpus,
-                                 const train::TrainOptions& options, int64_t stories) {
-  const train::TextSplits text = train::load_text(corpus, stories, 200, 1);
+                                 const model::Tokenizer& tokenizer, const SweepOptions& so) {
+  const train::TextSplits text = train::load_text(so.corpus, so.stories, 200, so.shape);
   const auto train_ids = tokenizer.encode(text.train), val_ids = tokenizer.encode(text.validation);
   std::vector<SweepRow> rows;
-  for (int64_t h : heads) {
+  for (int64_t h : so.heads) {
     model::GPTConfig c = base;
     c.n_head = h;
     c.n_kv_head = h;
     c.vocab_size = std::max(c.vocab_size, tokenizer.vocab_size());
     check(c.n_embd % h == 0, "heads: n_embd {} is not divisible by {} heads", c.n_embd, h);
-    model::GPT m(c, options.seed);
-    train::TrainOptions o = options;
+    model::GPT m(c, so.train.seed);
+    train::TrainOptions o = so.train;
     o.out.clear();
     o.metrics.clear();
     const train::TrainResult r = train::train_model(ctx, m, &tokenizer, train_ids, val_ids, o);
@@ -229,9 +230,10 @@ std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& bas
     row.tokens_per_second = r.tokens_per_second;
     row.seconds = r.seconds;
     RoleOptions ro;
-    ro.coreference_stories = corpus == "detective" ? 100 : 0;
+    ro.coreference_stories = so.corpus == "detective" ? 100 : 0;
     for (const RoleScores& s : score_heads(ctx, m, &tokenizer, ro)) {
       row.best.previous_token = std::max(row.best.previous_token, s.previous_token);
+      row.best.previous_token_text = std::max(row.best.previous_token_text, s.previous_token_text);
       row.best.first_token = std::max(row.best.first_token, s.first_token);
       row.best.self = std::max(row.best.self, s.self);
       row.best.local = std::max(row.best.local, s.local);

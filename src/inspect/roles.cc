@@ -83,7 +83,7 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
   const auto stories = train::detective_stories(
       {train::Split::test, std::max<int64_t>(o.coreference_stories, 1), o.seed});
 
-  // Text scores, averaged over the text (or over the first test stories that fit).
+  // Text scores, averaged over the text (or over the first 8 test stories).
   std::vector<std::vector<int32_t>> texts;
   if (!o.text.empty()) {
     check(tokenizer != nullptr, "text: the model has no tokenizer");
@@ -92,9 +92,12 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
       ids.resize(static_cast<size_t>(c.block_size));
     texts.push_back(ids);
   } else if (tokenizer) {
+    // The first block_size tokens of each (a byte-level model sees a story's first part).
     for (size_t i = 0; i < stories.size() && texts.size() < 8; ++i) {
       auto ids = tokenizer->encode(stories[i].text);
-      if (static_cast<int64_t>(ids.size()) <= c.block_size) texts.push_back(ids);
+      if (static_cast<int64_t>(ids.size()) > c.block_size)
+        ids.resize(static_cast<size_t>(c.block_size));
+      texts.push_back(ids);
     }
   }
   for (const auto& ids : texts) {
@@ -106,7 +109,7 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
         text_scores(cap.head(l, h), cap.seq, one);
         RoleScores& s = scores[static_cast<size_t>(l * H + h)];
         const double w = 1.0 / static_cast<double>(texts.size());
-        s.previous_token += w * one.previous_token;
+        s.previous_token_text += w * one.previous_token;
         s.first_token += w * one.first_token;
         s.self += w * one.self;
         s.local += w * one.local;
@@ -126,44 +129,64 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
               ? static_cast<int32_t>(g.next_u32() % static_cast<uint32_t>(vocab))
               : o.induction_tokens[g.next_u32() % o.induction_tokens.size()];
     const Capture cap = capture_tokens(ctx, m, tokenizer, seq);
+    const double w = 1.0 / static_cast<double>(o.induction_sequences);
     for (int64_t l = 0; l < L; ++l)
-      for (int64_t h = 0; h < H; ++h)
-        if (present(l, h))
-          scores[static_cast<size_t>(l * H + h)].induction +=
-              induction_score(cap.head(l, h), n) / static_cast<double>(o.induction_sequences);
+      for (int64_t h = 0; h < H; ++h) {
+        if (!present(l, h)) continue;
+        RoleScores& s = scores[static_cast<size_t>(l * H + h)];
+        s.induction += w * induction_score(cap.head(l, h), n);
+        RoleScores one;
+        text_scores(cap.head(l, h), cap.seq, one);
+        s.previous_token += w * one.previous_token;
+      }
   }
 
-  // Coreference on the test stories (needs the tokenizer to find the words).
+  // Coreference on the test stories (needs the tokenizer to find the words): the pronoun's row
+  // against the names, and against the introducing sentences.
   if (tokenizer && o.coreference_stories > 0) {
-    std::vector<int64_t> correct(static_cast<size_t>(L * H), 0);
+    std::vector<int64_t> by_name(static_cast<size_t>(L * H), 0), by_sentence(by_name.size(), 0);
     double chance = 0;
     int64_t counted = 0;
     for (const auto& st : stories) {
       const auto ids = tokenizer->encode(st.text);
       if (static_cast<int64_t>(ids.size()) > c.block_size) continue;
       const auto at = byte_to_token(*tokenizer, ids);
-      std::vector<std::pair<int64_t, int64_t>> mentions;
-      for (const auto& ch : st.characters)
-        mentions.emplace_back(at[static_cast<size_t>(ch.offset)],
-                              at[static_cast<size_t>(ch.offset + ch.length - 1)]);
+      auto tokens_of = [&](int64_t offset, int64_t length) {
+        return std::pair{at[static_cast<size_t>(offset)],
+                         at[static_cast<size_t>(offset + length - 1)]};
+      };
+      std::vector<std::pair<int64_t, int64_t>> names, sentences;
+      for (const auto& ch : st.characters) {
+        names.push_back(tokens_of(ch.offset, ch.length));
+        sentences.push_back(tokens_of(ch.sentence_offset, ch.sentence_length));
+      }
       const Capture cap = capture_tokens(ctx, m, tokenizer, ids);
       for (const train::Reference& ref : st.references) {
         const int64_t pronoun = at[static_cast<size_t>(ref.pronoun_offset)];
         for (int64_t l = 0; l < L; ++l)
-          for (int64_t h = 0; h < H; ++h)
-            if (present(l, h) &&
-                most_attended_mention(cap.head(l, h), cap.seq, pronoun, mentions) == ref.antecedent)
-              ++correct[static_cast<size_t>(l * H + h)];
-        chance += 1.0 / static_cast<double>(mentions.size());
+          for (int64_t h = 0; h < H; ++h) {
+            if (!present(l, h)) continue;
+            const float* p = cap.head(l, h);
+            const auto i = static_cast<size_t>(l * H + h);
+            by_name[i] += most_attended_mention(p, cap.seq, pronoun, names) == ref.antecedent;
+            by_sentence[i] +=
+                most_attended_mention(p, cap.seq, pronoun, sentences) == ref.antecedent;
+          }
+        chance += 1.0 / static_cast<double>(names.size());
         ++counted;
       }
     }
     if (counted >= o.min_pronouns) {
       chance /= static_cast<double>(counted);
+      auto above_chance = [&](double acc) {
+        return std::max(0.0, (acc - chance) / (1.0 - chance));
+      };
       for (size_t i = 0; i < scores.size(); ++i) {
-        const double acc = static_cast<double>(correct[i]) / static_cast<double>(counted);
-        scores[i].coreference_accuracy = acc;
-        scores[i].coreference = std::max(0.0, (acc - chance) / (1.0 - chance));
+        const double n = static_cast<double>(counted);
+        scores[i].coreference_accuracy = static_cast<double>(by_name[i]) / n;
+        scores[i].coreference = above_chance(scores[i].coreference_accuracy);
+        scores[i].coreference_sentence_accuracy = static_cast<double>(by_sentence[i]) / n;
+        scores[i].coreference_sentence = above_chance(scores[i].coreference_sentence_accuracy);
       }
     }
   }

@@ -38,12 +38,13 @@ constexpr std::array kDistractors = {"The rain did not stop.",
                                      "The fire was almost out.",
                                      "Footsteps echoed upstairs."};
 constexpr std::array kThen = {"Then", "After that", "Next"};
-constexpr std::array kEndings = {"opened the door with the",
-                                 "showed everyone the",
-                                 "picked up the",
-                                 "looked again at the",
-                                 "hid the",
-                                 "gave the police the"};
+constexpr std::array kEndings = {
+    "opened the door with", "showed everyone", "picked up", "looked again at", "hid",
+    "gave the police"};
+
+const char* possessive(const std::string& pronoun) {
+  return pronoun == "she" ? "her" : pronoun == "he" ? "his" : "its";
+}
 
 template <typename A>
 const char* pick(const A& options, Generator& g) {
@@ -65,6 +66,35 @@ std::string capitalised(std::string s) {
   return s;
 }
 
+// Every distinct word of the stories' vocabulary (punctuation removed), the words of recall lines.
+const std::vector<std::string>& drill_pool() {
+  static const std::vector<std::string> pool = [] {
+    std::vector<std::string> words;
+    auto add = [&](const std::string& text) {
+      std::istringstream in(text);
+      for (std::string w; in >> w;) {
+        std::erase_if(w, [](char c) { return c == '.' || c == ','; });
+        if (!w.empty() && std::find(words.begin(), words.end(), w) == words.end())
+          words.push_back(w);
+      }
+    };
+    for (const auto* list : {&kWomen, &kMen})
+      for (const char* w : *list) add(w);
+    for (const char* w : kAnimals) add(w);
+    for (const char* w : kObjects) add(w);
+    for (const char* w : kColours) add(w);
+    for (const char* w : kPlaces) add(w);
+    for (const char* w : kDistractors) add(w);
+    for (const char* w : kThen) add(w);
+    for (const char* w : kEndings) add(w);
+    // Frame words of sentences not in the arrays above ("saw" and "near" occur only in recall
+    // lines: extra words that keep the recall lines of the bundled model's corpus as they were).
+    add("found a saw near In Later she he it");
+    return words;
+  }();
+  return pool;
+}
+
 }  // namespace
 
 Split parse_split(const std::string& name) {
@@ -83,6 +113,8 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
   check(o.references >= 1 && o.references <= 8, "references: must be in [1, 8], got {}",
         o.references);
   check(o.drills >= 0 && o.drills <= 1, "drills: must be in [0, 1], got {}", o.drills);
+  check(o.drill_words >= 4 && o.drill_words <= 64, "drill_words: must be in [4, 64], got {}",
+        o.drill_words);
   // Each split has its own stream: the seed mixed with the split through Philox.
   const auto key = philox4x32(o.seed, 0xC0F1, static_cast<uint64_t>(o.split));
   Generator g((static_cast<uint64_t>(key[0]) << 32) | key[1]);
@@ -90,49 +122,64 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
   out.reserve(static_cast<size_t>(o.stories));
   for (int64_t s = 0; s < o.stories; ++s) {
     Story st;
-    const bool three = g.next_u32() % 3 == 0;
-    const bool woman_first = g.next_u32() % 2 == 0;
+    // Three characters, each a woman ("she"), a man ("he") or an animal ("it") at random, at least
+    // one of them the only one of its kind: only such a character can be referred to by pronoun.
+    // Kinds may repeat, so an object's colour, which comes before its owner's name, cannot tell
+    // whose it is from the characters introduced before it.
+    std::array<uint32_t, 3> kinds{};
+    auto unique = [&](uint32_t k) { return std::count(kinds.begin(), kinds.end(), k) == 1; };
+    do {
+      for (auto& k : kinds) k = g.next_u32() % 3;
+    } while (!unique(0) && !unique(1) && !unique(2));
     std::vector<std::pair<std::string, std::string>> chars;  // (name, pronoun)
-    const std::string woman = pick(kWomen, g), man = pick(kMen, g);
-    if (woman_first) {
-      chars = {{woman, "she"}, {man, "he"}};
-    } else {
-      chars = {{man, "he"}, {woman, "she"}};
-    }
-    if (three) chars.insert(chars.begin() + g.next_u32() % 3, {pick(kAnimals, g), "it"});
+    const auto women = distinct(kWomen.size(), 3, g), men = distinct(kMen.size(), 3, g),
+               animals = distinct(kAnimals.size(), 3, g);
+    for (size_t c = 0; c < kinds.size(); ++c)
+      chars.push_back(kinds[c] == 0   ? std::pair{std::string(kWomen[women[c]]), "she"}
+                      : kinds[c] == 1 ? std::pair{std::string(kMen[men[c]]), "he"}
+                                      : std::pair{std::string(kAnimals[animals[c]]), "it"});
+    std::vector<size_t> referable;
+    for (size_t c = 0; c < kinds.size(); ++c)
+      if (unique(kinds[c])) referable.push_back(c);
     const auto objects = distinct(kObjects.size(), chars.size(), g);
     const auto colours = distinct(kColours.size(), chars.size(), g);
     const auto places = distinct(kPlaces.size(), chars.size(), g);
+    const size_t start = st.text.size();
     for (size_t c = 0; c < chars.size(); ++c) {
-      if (!st.text.empty()) st.text += ' ';
+      if (st.text.size() > start) st.text += ' ';
+      const auto sentence = static_cast<int64_t>(st.text.size());
       const std::string name = chars[c].first;
       const std::string obj = std::string(kColours[colours[c]]) + " " + kObjects[objects[c]];
       const std::string place = kPlaces[places[c]];
       const uint32_t form = g.next_u32() % 3;
-      if (form == 2) {
-        st.text += "In the " + place + ", ";
-        st.characters.push_back({name, static_cast<int64_t>(st.text.size()),
-                                 static_cast<int64_t>(name.size()), chars[c].second});
-        st.text += name + " found a " + obj + ".";
-      } else {
-        const std::string shown = capitalised(name);
-        st.characters.push_back({name, static_cast<int64_t>(st.text.size()),
-                                 static_cast<int64_t>(name.size()), chars[c].second});
-        st.text += shown + (form == 0 ? " found a " : " saw a ") + obj +
-                   (form == 0 ? " in the " : " near the ") + place + ".";
-      }
+      // The object and its colour come before the owner's name: "The red key for Maria lay in
+      // the kitchen."
+      if (form == 0) st.text += capitalised("a " + obj) + " for ";
+      if (form == 1) st.text += "In the " + place + ", a " + obj + " for ";
+      if (form == 2) st.text += "The " + obj + " for ";
+      st.characters.push_back({name, static_cast<int64_t>(st.text.size()),
+                               static_cast<int64_t>(name.size()), chars[c].second});
+      st.text += name + (form == 0   ? " was in the " + place + "."
+                         : form == 1 ? " was found."
+                                     : " lay in the " + place + ".");
+      Mention& m = st.characters.back();
+      m.sentence_offset = sentence;
+      m.sentence_length = static_cast<int64_t>(st.text.size()) - sentence;
     }
     const int64_t distractors = 1 + g.next_u32() % 3;
     for (size_t idx : distinct(kDistractors.size(), static_cast<size_t>(distractors), g))
       st.text += std::string(" ") + kDistractors[idx];
     for (int64_t r = 0; r < o.references; ++r) {
       Reference ref;
-      ref.antecedent = g.next_u32() % chars.size();
+      ref.antecedent = static_cast<int64_t>(referable[g.next_u32() % referable.size()]);
       const size_t a = static_cast<size_t>(ref.antecedent);
-      ref.pronoun = chars[a].second;
+      ref.subject = chars[a].second;
+      ref.pronoun = possessive(ref.subject);
       st.text += r == 0 ? " Later " : std::string(" ") + pick(kThen, g) + " ";
+      ref.subject_offset = static_cast<int64_t>(st.text.size());
+      st.text += ref.subject + " " + pick(kEndings, g) + " ";
       ref.pronoun_offset = static_cast<int64_t>(st.text.size());
-      st.text += ref.pronoun + " " + pick(kEndings, g) + " ";
+      st.text += ref.pronoun + " ";
       ref.answer = std::string(kColours[colours[a]]) + " " + kObjects[objects[a]];
       ref.answer_offset = static_cast<int64_t>(st.text.size());
       st.text += ref.answer + ".";
@@ -140,17 +187,11 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
     }
     st.text += "\n";
     if (o.drills > 0 && g.uniform() < o.drills) {
+      const auto& pool = drill_pool();
+      const auto n = 4 + g.next_u32() % static_cast<uint32_t>(o.drill_words - 3);
       std::string words;
-      const int64_t n = 4 + g.next_u32() % 7;
-      for (int64_t w = 0; w < n; ++w) {
-        const uint32_t kind = g.next_u32() % 4;
-        const char* word = kind == 0   ? pick(kWomen, g)
-                           : kind == 1 ? pick(kColours, g)
-                           : kind == 2 ? pick(kObjects, g)
-                                       : pick(kPlaces, g);
-        words += (w ? " " : "") + std::string(word);
-      }
-      st.text += words + " | " + words + "\n";
+      for (uint32_t w = 0; w < n; ++w) words += (w ? " " : "") + pool[g.next_u32() % pool.size()];
+      st.text += words + " " + words + "\n";
     }
     const Reference& first = st.references.front();
     st.antecedent = first.antecedent;
@@ -170,10 +211,15 @@ std::string corpus_text(const std::vector<Story>& stories) {
 }
 
 TextSplits load_text(const std::string& corpus, int64_t train_stories, int64_t val_stories,
-                     uint64_t seed, int64_t references, double drills) {
+                     const CorpusOptions& shape) {
   if (corpus == "detective") {
-    return {corpus_text(detective_stories({Split::train, train_stories, seed, references, drills})),
-            corpus_text(detective_stories({Split::validation, val_stories, seed, references, drills}))};
+    CorpusOptions o = shape;
+    o.split = Split::train;
+    o.stories = train_stories;
+    std::string train = corpus_text(detective_stories(o));
+    o.split = Split::validation;
+    o.stories = val_stories;
+    return {std::move(train), corpus_text(detective_stories(o))};
   }
   std::ifstream in(corpus, std::ios::binary);
   check(in.good(), "corpus: cannot read \"{}\" (expected \"detective\" or a text file)", corpus);

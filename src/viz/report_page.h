@@ -134,9 +134,10 @@ for (const k in ROLE_COLOURS) { const s = el("span"); const i = el("i"); i.style
 // Head table.
 const cols = [["layer", r => r.layer], ["head", r => r.head], ["role", r => r.role],
   ["importance", r => r.importance], ["ablation (loss +)", r => r.ablation],
-  ["previous token", r => r.scores.previous_token], ["first token", r => r.scores.first_token],
+  ["previous token", r => r.scores.previous_token], ["prev. token (text)", r => r.scores.previous_token_text], ["first token", r => r.scores.first_token],
   ["local", r => r.scores.local], ["induction", r => r.scores.induction],
-  ["coreference", r => r.scores.coreference], ["coref. accuracy", r => r.scores.coreference_accuracy]];
+  ["coreference", r => r.scores.coreference], ["coref. accuracy", r => r.scores.coreference_accuracy],
+  ["coref. by sentence", r => r.scores.coreference_sentence_accuracy]];
 let sortCol = 0, sortDir = 1;
 function drawTable() {
   const t = document.getElementById("table"); t.innerHTML = "";

@@ -137,8 +137,11 @@ TEST(Importance, AGatedOffHeadScoresZero) {
   const auto abl = ablation_importance(ctx, m, d);
   EXPECT_EQ(grad[5], 0.0);
   EXPECT_EQ(abl[5], 0.0);
-  for (size_t i = 0; i < grad.size(); ++i)
-    if (i != 5) EXPECT_GT(grad[i], 0.0) << i;
+  for (size_t i = 0; i < grad.size(); ++i) {
+    if (i != 5) {
+      EXPECT_GT(grad[i], 0.0) << i;
+    }
+  }
   // Normalised per layer.
   double norm = 0;
   for (int h = 0; h < 4; ++h) norm += grad[h] * grad[h];

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
+#include <sstream>
 
 #include "headlight/train/checkpoint.h"
 #include "headlight/train/corpus.h"
@@ -21,29 +23,46 @@ std::string lower(std::string s) {
 
 TEST(Corpus, StoriesRecordWhereThePronounNamesAndAnswerAre) {
   const auto stories = detective_stories({Split::test, 300, 4});
-  int three = 0, she = 0;
+  int repeated = 0, she = 0;
   for (const Story& s : stories) {
     ASSERT_TRUE(s.text.ends_with(".\n"));
     ASSERT_GE(s.characters.size(), 2u);
-    three += s.characters.size() == 3;
-    she += s.pronoun == "she";
+    ASSERT_EQ(s.characters.size(), 3u);
+    // Kinds may repeat (two women and a man), so that order cannot tell whose a colour is.
+    repeated += s.characters[0].pronoun == s.characters[1].pronoun ||
+                s.characters[0].pronoun == s.characters[2].pronoun ||
+                s.characters[1].pronoun == s.characters[2].pronoun;
+    she += s.pronoun == "her";
     EXPECT_EQ(s.text.substr(s.pronoun_offset, s.pronoun.size()), s.pronoun);
     EXPECT_EQ(s.text.substr(s.answer_offset, s.answer.size()), s.answer);
-    for (const Mention& m : s.characters)
+    for (const Mention& m : s.characters) {
       EXPECT_EQ(lower(s.text.substr(m.offset, m.length)), lower(m.name));
+      // The introducing sentence holds the name and ends with its full stop.
+      EXPECT_LE(m.sentence_offset, m.offset);
+      EXPECT_GE(m.sentence_offset + m.sentence_length, m.offset + m.length);
+      const std::string sentence = s.text.substr(m.sentence_offset, m.sentence_length);
+      EXPECT_EQ(sentence.find('.'), sentence.size() - 1) << sentence;
+      EXPECT_TRUE(std::isupper(static_cast<unsigned char>(sentence[0]))) << sentence;
+    }
     // The answer is the antecedent's, stated in its introduction.
     const Mention& a = s.characters[s.antecedent];
-    const size_t end = s.text.find('.', a.offset);
-    EXPECT_NE(s.text.substr(0, end).rfind(s.answer), std::string::npos) << s.text;
+    EXPECT_NE(s.text.substr(a.sentence_offset, a.sentence_length).find(s.answer), std::string::npos)
+        << s.text;
     // The pronoun is unambiguous: no other character has its gender.
     int same = 0;
-    for (const Mention& m : s.characters) same += m.pronoun == s.pronoun;
+    const Reference& r = s.references.front();
+    for (const Mention& m : s.characters) same += m.pronoun == r.subject;
     EXPECT_EQ(same, 1) << s.text;
-    EXPECT_EQ(s.characters[s.antecedent].pronoun, s.pronoun);
+    EXPECT_EQ(s.characters[s.antecedent].pronoun, r.subject);
+    // "Later she … her red key.": the subject pronoun, then its possessive right before the answer.
+    EXPECT_EQ(s.text.substr(r.subject_offset, r.subject.size()), r.subject);
+    EXPECT_LT(r.subject_offset, r.pronoun_offset);
+    EXPECT_EQ(r.pronoun, r.subject == "she" ? "her" : r.subject == "he" ? "his" : "its");
+    EXPECT_EQ(r.pronoun_offset + static_cast<int64_t>(r.pronoun.size()) + 1, r.answer_offset);
   }
-  EXPECT_GT(three, 50);
-  EXPECT_GT(she, 100);
-  EXPECT_LT(she, 200);
+  EXPECT_GT(repeated, 100);
+  EXPECT_GT(she, 60);
+  EXPECT_LT(she, 140);
   // Seeded, and the splits differ.
   EXPECT_EQ(corpus_text(detective_stories({Split::test, 20, 4})),
             corpus_text(detective_stories({Split::test, 20, 4})));
@@ -59,10 +78,47 @@ TEST(Corpus, SeveralReferencesPerStory) {
     for (const Reference& r : s.references) {
       EXPECT_EQ(s.text.substr(r.pronoun_offset, r.pronoun.size()), r.pronoun);
       EXPECT_EQ(s.text.substr(r.answer_offset, r.answer.size()), r.answer);
-      EXPECT_EQ(s.characters[r.antecedent].pronoun, r.pronoun);
+      EXPECT_EQ(s.characters[r.antecedent].pronoun, r.subject);
     }
   }
   testing::expect_error([] { detective_stories({Split::train, 1, 1, 0}); }, {"references"});
+}
+
+TEST(Corpus, RecallLinesRepeatRandomWordsOfTheCorpus) {
+  CorpusOptions o{.split = Split::train, .stories = 200, .seed = 3, .references = 3};
+  const std::string plain = corpus_text(detective_stories(o));
+  o.drills = 0.5;
+  o.drill_words = 12;
+  const auto stories = detective_stories(o);
+  int drills = 0;
+  std::set<std::string> seen;
+  for (const Story& s : stories) {
+    const size_t nl = s.text.find('\n');
+    ASSERT_NE(nl, std::string::npos);
+    if (nl + 1 == s.text.size()) continue;
+    ++drills;
+    const std::string line = s.text.substr(nl + 1, s.text.size() - nl - 2);
+    std::istringstream in(line);
+    std::vector<std::string> words;
+    for (std::string w; in >> w;) words.push_back(w);
+    ASSERT_EQ(words.size() % 2, 0u) << line;
+    const size_t n = words.size() / 2;
+    EXPECT_GE(n, 4u);
+    EXPECT_LE(n, 12u);
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(words[i], words[n + i]) << line;
+      // Every word of a recall line occurs in the stories themselves (but two extra frame words).
+      if (words[i] != "saw" && words[i] != "near") {
+        EXPECT_NE(plain.find(words[i]), std::string::npos) << words[i];
+      }
+      seen.insert(words[i]);
+    }
+  }
+  EXPECT_GT(drills, 60);
+  EXPECT_LT(drills, 140);
+  EXPECT_GT(seen.size(), 60u);  // drawn from the whole vocabulary, not only the names
+  testing::expect_error([] { detective_stories({.drills = 0.5, .drill_words = 3}); },
+                        {"drill_words"});
 }
 
 model::GPTConfig tiny() {

@@ -80,9 +80,14 @@ struct SweepRow {
 };
 // Trains the same model with each head count at equal n_embd (each head gets n_embd / heads
 // dimensions) for the same steps on the same batches.
+struct SweepOptions {
+  std::vector<int64_t> heads = {1, 2, 4, 8, 16};
+  std::string corpus = "detective";  // or a text file
+  int64_t stories = 5000;            // training stories of the detective corpus
+  train::CorpusOptions shape;        // its references and recall lines
+  train::TrainOptions train;
+};
 std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& base,
-                                 const std::vector<int64_t>& heads,
-                                 const model::Tokenizer& tokenizer, const std::string& corpus,
-                                 const train::TrainOptions& options, int64_t stories);
+                                 const model::Tokenizer& tokenizer, const SweepOptions& o);
 
 }  // namespace headlight::inspect

@@ -40,7 +40,7 @@ struct DemoRecipe {
   model::GPTConfig model;  // vocab_size is set from the tokenizer
   int64_t bpe_vocab = 1024;
   int64_t stories = 20000, val_stories = 500;
-  int64_t references = 3;  // pronoun sentences per training story
+  train::CorpusOptions corpus;  // the detective corpus's seed, references and recall lines
   train::TrainOptions train;
 };
 DemoRecipe demo_recipe();

@@ -1,6 +1,11 @@
 // Head roles: each a score in [0, 1], computed from exact attention.
 //
-//   previous_token  mean over query rows i ≥ 1 of P[i, i−1]                     (on a text)
+//   previous_token  mean over query rows i ≥ 1 of P[i, i−1], on the induction sequences below:
+//                   random tokens, where content gives no cue and only a head's positional rule
+//                   shows (Olsson et al. 2022 identify previous-token heads this way)
+//   previous_token_text  the same mean on a text: on stories heads are content-dependent (one
+//                   may look at the previous token after a colour and at the subject from a full
+//                   stop), so this is lower for the same head
 //   first_token     mean over rows i ≥ 1 of P[i, 0]: the "sink"                (on a text)
 //   self            mean over rows of P[i, i]                                   (on a text)
 //   local           1 − (mean attention distance) / (that of uniform causal attention, i/2 at row
@@ -10,10 +15,15 @@
 //                   the query's token (P[n + k, k + 1]); the tokens are drawn from those of the
 //                   model's corpus
 //   coreference     on the detective corpus's test stories: the pronoun's attention summed over
-//   each
-//                   character mention's tokens; accuracy = how often the antecedent gets the most;
-//                   the score is that accuracy above chance (1 / number of characters), rescaled
-//                   to [0, 1]: (accuracy − chance) / (1 − chance), clipped at 0
+//                   each character mention's tokens; accuracy = how often the antecedent gets
+//                   the most; the score is that accuracy above chance (1 / number of
+//                   characters), rescaled to [0, 1]: (accuracy − chance) / (1 − chance),
+//                   clipped at 0
+//   coreference_sentence  the same with each character's whole introducing sentence ("Maria
+//                   found a red key in the kitchen.") in place of its name: a head can resolve
+//                   the pronoun by attending to the antecedent's colour or object rather than to
+//                   its name (the colour's own context tells whose it is), which this shows and
+//                   the name-based score does not. Not used for the role.
 //
 // A head's role is the highest of previous_token, first_token, induction and coreference when it
 // reaches 0.5, else "local" when local ≥ 0.5, else "self" when self ≥ 0.5, else "mixed".
@@ -32,7 +42,10 @@ namespace headlight::inspect {
 
 struct RoleScores {
   double previous_token = 0, first_token = 0, self = 0, local = 0, induction = 0, coreference = 0;
+  double previous_token_text = 0;
   double coreference_accuracy = 0;  // raw fraction of pronouns whose antecedent gets the most
+  // The same with each character's whole introducing sentence in place of its name.
+  double coreference_sentence = 0, coreference_sentence_accuracy = 0;
 };
 
 // Scores that need one attention matrix p [seq, seq] (a causal or full row-stochastic matrix).

@@ -1,15 +1,19 @@
 // The detective corpus: a seeded generator of short stories in which a pronoun must be linked to
 // its antecedent to predict what follows, the task a coreference head solves:
 //
-//   Maria found a red key in the kitchen. John found a blue map in the garden. The rain did not
-//   stop. Later she opened the door with the red key.
+//   The red key for Maria lay in the kitchen. In the garden, a blue map for John was found.
+//   The rain did not stop. Later she opened the door with her red key.
 //
-// Two or three characters of different grammatical gender (she, he, and for a third character an
-// animal referred to as "it") are introduced, each with an object, a colour and a place; one to
-// three distractor sentences follow; then a sentence refers to one character by pronoun and
-// continues with that character's colour and object. Splits (train, validation, test) draw from
-// separate seeds. Each story records where the pronoun, every name and the answer are (byte offsets
-// into the text, which are token positions under the byte-level tokenizer).
+// Three characters are introduced, each a woman ("she"), a man ("he") or an animal ("it"), each
+// with an object, a colour and a place (the object and colour first, then the owner's name, in
+// one of three forms); one to three distractor sentences follow; then a sentence refers by
+// pronoun to a character that is the only one of its kind and continues with that character's
+// colour and object. Kinds may repeat (two women and a dog): were they always different, the
+// colour of the second object would tell its owner's gender by elimination from the first
+// owner's, and a model could resolve the pronoun without looking at any name. Splits (train,
+// validation, test) draw from separate seeds. Each story records where the pronoun, every name and
+// the answer are (byte offsets into the text, which are token positions under the byte-level
+// tokenizer).
 #pragma once
 
 #include <cstdint>
@@ -27,13 +31,21 @@ struct Mention {
   int64_t offset = 0;  // byte offset of the name's first byte in the story
   int64_t length = 0;
   std::string pronoun;  // "she", "he" or "it"
+  // The sentence that introduces the character (name, object, colour and place), its bytes
+  // [sentence_offset, sentence_offset + sentence_length), full stop included.
+  int64_t sentence_offset = 0;
+  int64_t sentence_length = 0;
 };
 
-// One sentence that refers to a character by pronoun and continues with its colour and object.
+// One sentence that refers to a character by pronoun and continues with its colour and object:
+// "Later she opened the door with her red key." The possessive right before the answer is the
+// pronoun whose antecedent must be found to predict what follows.
 struct Reference {
   int64_t antecedent = 0;  // index into the story's characters
-  std::string pronoun;     // "she", "he" or "it"
+  std::string pronoun;     // the possessive before the answer: "her", "his" or "its"
   int64_t pronoun_offset = 0;
+  std::string subject;  // the sentence's subject pronoun: "she", "he" or "it"
+  int64_t subject_offset = 0;
   std::string answer;  // "red key": the antecedent's colour and object
   int64_t answer_offset = 0;
 };
@@ -42,7 +54,7 @@ struct Story {
   std::string text;                 // one story, ending with ".\n"
   std::vector<Mention> characters;  // in order of introduction
   int64_t antecedent = 0;           // index into characters of the one the pronoun refers to
-  std::string pronoun;              // "she", "he" or "it"
+  std::string pronoun;              // the first reference's possessive: "her", "his" or "its"
   int64_t pronoun_offset = 0;
   std::string answer;         // "red key": the antecedent's colour and object
   int64_t answer_offset = 0;  // where the answer starts in the last sentence
@@ -58,10 +70,14 @@ struct CorpusOptions {
   // Reference sentences per story ("Later she …", then "Then he …"): 1 as in the examples; more
   // give a model more pronouns to resolve per story (the demo model is trained with 3).
   int64_t references = 1;
-  // Probability that a story is followed by a recall line: 4 to 10 words of the corpus's
-  // vocabulary, then the same words again ("red Maria garden key | red Maria garden key"). Such
-  // lines reward copying from context (induction heads); 0 in the examples.
+  // Probability that a story is followed by a recall line: 4 to `drill_words` words drawn at
+  // random from every word of the corpus (names, colours, objects, places and the words of the
+  // other sentences), then the same words again with nothing between the copies ("red Maria
+  // rain key red Maria rain key"). Only a model that notices the repetition by content can
+  // predict the second copy: such lines reward induction heads (and the previous-token heads they
+  // build on). 0 in the examples.
   double drills = 0.0;
+  int64_t drill_words = 10;
 };
 
 std::vector<Story> detective_stories(const CorpusOptions& o);
@@ -74,7 +90,9 @@ std::string corpus_text(const std::vector<Story>& stories);
 struct TextSplits {
   std::string train, validation;
 };
+// `shape` gives the detective corpus's seed, references and drills (its split and story count are
+// set per split).
 TextSplits load_text(const std::string& corpus, int64_t train_stories, int64_t val_stories,
-                     uint64_t seed, int64_t references = 1, double drills = 0.0);
+                     const CorpusOptions& shape = {});
 
 }  // namespace headlight::train
