@@ -3,8 +3,10 @@
 #include "headlight/inspect/explain.h"
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -27,6 +29,45 @@ std::string quoted(const std::string& s) {
   std::string out;
   for (char c : s) out += c == '\n' ? std::string("\\n") : std::string(1, c);
   return "\"" + out + "\"";
+}
+
+// Capitalised words that are not names (sentence openings of the detective stories).
+constexpr std::array<std::string_view, 12> kFunctionWords = {
+    "The",  "A",     "An",     "In",       "Later", "Then",
+    "Next", "After", "Nobody", "Somebody", "Tea",   "Footsteps"};
+bool is_function_word(const std::string& w) {
+  return std::find(kFunctionWords.begin(), kFunctionWords.end(), w) != kFunctionWords.end();
+}
+
+// On the captured text, the word that a head's row of the last pronoun attends to most (its
+// tokens' weights summed), among names only (capitalised words that do not open a sentence of the
+// stories) or among all earlier words; "" when the text has no pronoun.
+std::string pronoun_link(const Capture& cap, int64_t layer, int64_t head, bool names_only) {
+  const auto& words = cap.words;
+  const std::set<std::string> pronouns = {"she", "he", "She", "He", "her", "his", "its"};
+  std::string link;
+  for (size_t w = 0; w < words.size(); ++w) {
+    if (!pronouns.contains(words[w].text)) continue;
+    const float* row = cap.head(layer, head) + words[w].first * cap.seq;
+    size_t best = 0;
+    double best_w = -1;
+    for (size_t k = 0; k < w; ++k) {
+      const std::string& t = words[k].text;
+      const bool name =
+          !t.empty() && std::isupper(static_cast<unsigned char>(t[0])) && !is_function_word(t);
+      if (names_only && !name) continue;
+      double sum = 0;
+      for (int64_t j = words[k].first; j <= words[k].last; ++j) sum += row[j];
+      if (sum > best_w) {
+        best_w = sum;
+        best = k;
+      }
+    }
+    if (best_w >= 0)
+      link = fmt::format("; on this text \"{}\" attends most to {} ({:.2f})", words[w].text,
+                         quoted(words[best].text), best_w);
+  }
+  return link;
 }
 
 }  // namespace
@@ -90,6 +131,9 @@ Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& t
   e.loss_importance = by_importance.loss_after;
   e.seconds_full = by_importance.seconds_before;
   e.seconds_pruned = by_importance.seconds_after;
+  const PruneResult by_ablation = prune_model(ctx, m, d, o.prune_fraction, PruneBy::ablation, 0);
+  e.loss_ablation = by_ablation.loss_after;
+  e.seconds_ablation = by_ablation.seconds_after;
   double random_sum = 0;
   for (int64_t s = 0; s < o.random_seeds; ++s) {
     const auto heads =
@@ -106,27 +150,7 @@ Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& t
                           text.size() > 60 ? "…" + text.substr(text.size() - 60) : text,
                           e.continuation));
   if (const HeadRow* c = best_by(e.heads, &RoleScores::coreference); c && o.corpus == "detective") {
-    std::string link;
-    // On this text: which name does that head's row of the last pronoun favour?
-    const auto words = e.capture.words;
-    const std::set<std::string> pronouns = {"she", "he", "She", "He", "her", "his", "its"};
-    for (size_t w = 0; w < words.size(); ++w)
-      if (pronouns.contains(words[w].text)) {
-        const float* row = e.capture.head(c->layer, c->head) + words[w].first * e.capture.seq;
-        size_t best = 0;
-        double best_w = -1;
-        for (size_t k = 0; k < w; ++k) {
-          double sum = 0;
-          for (int64_t j = words[k].first; j <= words[k].last; ++j) sum += row[j];
-          if (sum > best_w && !words[k].text.empty() &&
-              std::isupper(static_cast<unsigned char>(words[k].text[0]))) {
-            best_w = sum;
-            best = k;
-          }
-        }
-        link = fmt::format("; on this text \"{}\" attends most to {} ({:.2f})", words[w].text,
-                           quoted(words[best].text), best_w);
-      }
+    const std::string link = pronoun_link(e.capture, c->layer, c->head, true);
     s.push_back(fmt::format(
         "Coreference head: layer {} head {}: its pronoun attends most to the "
         "antecedent for {:.0f}% of the test stories' pronouns (score {:.2f}){}",
@@ -137,9 +161,9 @@ Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& t
     s.push_back(fmt::format(
         "Pronoun-resolving head: layer {} head {}: its pronoun attends most to the antecedent's "
         "introducing sentence (name, colour, object, place) for {:.0f}% of the test stories' "
-        "pronouns (score {:.2f})",
+        "pronouns (score {:.2f}){}",
         c->layer, c->head, 100 * c->scores.coreference_sentence_accuracy,
-        c->scores.coreference_sentence));
+        c->scores.coreference_sentence, pronoun_link(e.capture, c->layer, c->head, false)));
   if (const HeadRow* p = best_by(e.heads, &RoleScores::previous_token))
     s.push_back(fmt::format(
         "Previous-token head: layer {} head {} (score {:.2f} on random tokens, {:.2f} on the test "
@@ -149,12 +173,14 @@ Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& t
     s.push_back(fmt::format("Induction head: layer {} head {} (score {:.2f})", i->layer, i->head,
                             i->scores.induction));
   s.push_back(fmt::format(
-      "Pruning {:.0f}% of the heads ({}) by importance: validation loss {:.4f} → {:.4f} (+{:.4f}); "
-      "at random (mean of {} seeds): → {:.4f} (+{:.4f}); the pruned model's forward pass takes "
-      "{:.2f}× the time of the full one",
+      "Pruning {:.0f}% of the heads ({}): validation loss {:.4f} → {:.4f} ({:+.4f}) by gradient "
+      "importance (Michel et al.), → {:.4f} ({:+.4f}) by ablation importance, → {:.4f} ({:+.4f}) "
+      "at random (mean of {} seeds); the pruned models' forward passes take {:.2f}× and {:.2f}× "
+      "the time of the full one",
       100 * o.prune_fraction, by_importance.heads_removed.size(), e.loss_full, e.loss_importance,
-      e.loss_importance - e.loss_full, o.random_seeds, e.loss_random, e.loss_random - e.loss_full,
-      e.seconds_pruned / e.seconds_full));
+      e.loss_importance - e.loss_full, e.loss_ablation, e.loss_ablation - e.loss_full,
+      e.loss_random, e.loss_random - e.loss_full, o.random_seeds, e.seconds_pruned / e.seconds_full,
+      e.seconds_ablation / e.seconds_full));
   return e;
 }
 

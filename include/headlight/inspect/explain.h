@@ -29,9 +29,10 @@ struct Explanation {
   Capture capture;
   std::vector<HeadRow> heads;
   std::vector<CurvePoint> curve;
-  // Pruning prune_fraction of the heads by importance, and at random (mean over random_seeds).
-  double loss_full = 0, loss_importance = 0, loss_random = 0;
-  double seconds_full = 0, seconds_pruned = 0;
+  // Pruning prune_fraction of the heads by gradient importance, by ablation importance, and at
+  // random (mean over random_seeds); forward times of the full and the two pruned models.
+  double loss_full = 0, loss_importance = 0, loss_ablation = 0, loss_random = 0;
+  double seconds_full = 0, seconds_pruned = 0, seconds_ablation = 0;
   std::vector<std::string> summary;
 };
 
