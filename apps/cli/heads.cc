@@ -151,6 +151,7 @@ void add_sweep(CLI::App& app) {
     model::GPTConfig model;
     inspect::SweepOptions sweep;
     std::string tokenizer = "byte";
+    std::string positional = "learned";
     int threads = 0;
     bool json = false;
   };
@@ -163,6 +164,8 @@ void add_sweep(CLI::App& app) {
   cmd->add_option("--n-embd", a->model.n_embd, "Embedding width")->capture_default_str();
   cmd->add_option("--n-layer", a->model.n_layer, "Layers")->capture_default_str();
   cmd->add_option("--block-size", a->model.block_size, "Context length")->capture_default_str();
+  cmd->add_option("--positional", a->positional, "learned, sinusoidal, rope, alibi or none")
+      ->capture_default_str();
   cmd->add_option("--steps", a->sweep.train.steps, "Training steps per model")
       ->capture_default_str();
   cmd->add_option("--batch", a->sweep.train.batch, "Sequences per step")->capture_default_str();
@@ -183,6 +186,7 @@ void add_sweep(CLI::App& app) {
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
     ThreadContext ctx(a->threads);
+    a->model.positional = model::parse_positional(a->positional);
     const train::TextSplits text =
         train::load_text(a->sweep.corpus, a->sweep.stories, 1, a->sweep.shape);
     const model::Tokenizer tok =
