@@ -30,6 +30,9 @@ void add_corpus(CLI::App& app) {
       ->capture_default_str();
   det->add_option("--drill-words", args->o.drill_words, "Longest recall line, in words (4..64)")
       ->capture_default_str();
+  det->add_option("--echoes", args->o.echoes,
+                  "Fraction of stories followed by a run of their own words again")
+      ->capture_default_str();
   det->add_flag("--json", args->json,
                 "One JSON record per line: text, characters, pronoun and answer with offsets");
   det->callback([args] {

@@ -99,6 +99,9 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--drill-words", a->shape.drill_words, "Longest recall line, in words (4..64)")
       ->capture_default_str();
+  cmd->add_option("--echoes", a->shape.echoes,
+                  "Fraction of detective stories followed by a run of their own words again")
+      ->capture_default_str();
   cmd->add_option("--corpus-seed", a->shape.seed, "Seed of the detective corpus")
       ->capture_default_str();
   auto* m = cmd->add_option_group("model");

@@ -113,6 +113,7 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
   check(o.references >= 1 && o.references <= 8, "references: must be in [1, 8], got {}",
         o.references);
   check(o.drills >= 0 && o.drills <= 1, "drills: must be in [0, 1], got {}", o.drills);
+  check(o.echoes >= 0 && o.echoes <= 1, "echoes: must be in [0, 1], got {}", o.echoes);
   check(o.drill_words >= 4 && o.drill_words <= 64, "drill_words: must be in [4, 64], got {}",
         o.drill_words);
   // Each split has its own stream: the seed mixed with the split through Philox.
@@ -183,6 +184,18 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
       std::string words;
       for (uint32_t w = 0; w < n; ++w) words += (w ? " " : "") + pool[g.next_u32() % pool.size()];
       st.text += words + " " + words + "\n";
+    }
+    if (o.echoes > 0 && g.uniform() < o.echoes) {
+      // A run of the story's own words again, as far from its first occurrence as the story is
+      // long: copying it needs an induction head that works over that distance.
+      std::vector<std::string> words;
+      std::istringstream in(st.text.substr(0, st.text.find('\n')));
+      for (std::string w; in >> w;) words.push_back(w);
+      const size_t n = std::min<size_t>(words.size(), 6 + g.next_u32() % 15);
+      const size_t from = g.next_u32() % (words.size() - n + 1);
+      std::string echo;
+      for (size_t w = from; w < from + n; ++w) echo += (w > from ? " " : "") + words[w];
+      st.text += echo + "\n";
     }
     const Reference& first = st.references.front();
     st.antecedent = first.antecedent;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -115,6 +116,31 @@ TEST(Corpus, RecallLinesRepeatRandomWordsOfTheCorpus) {
   EXPECT_GT(seen.size(), 60u);  // drawn from the whole vocabulary, not only the names
   testing::expect_error([] { detective_stories({.drills = 0.5, .drill_words = 3}); },
                         {"drill_words"});
+}
+
+TEST(Corpus, EchoLinesRepeatARunOfTheStory) {
+  CorpusOptions o{.split = Split::validation, .stories = 200, .seed = 5, .references = 2};
+  const auto plain = detective_stories(o);
+  o.echoes = 0.5;
+  const auto stories = detective_stories(o);
+  int echoes = 0;
+  for (const Story& s : stories) {
+    const size_t nl = s.text.find('\n');
+    const std::string story = s.text.substr(0, nl);
+    if (nl + 1 == s.text.size()) continue;
+    ++echoes;
+    const std::string echo = s.text.substr(nl + 1, s.text.size() - nl - 2);
+    EXPECT_NE(story.find(echo), std::string::npos) << s.text;  // a run of the story's words
+    const auto words = std::count(echo.begin(), echo.end(), ' ') + 1;
+    EXPECT_GE(words, 6) << echo;
+    EXPECT_LE(words, 20) << echo;
+  }
+  EXPECT_GT(echoes, 60);
+  EXPECT_LT(echoes, 140);
+  // No echoes: the stories are those of the corpus without the option (the same random stream).
+  o.echoes = 0;
+  EXPECT_EQ(corpus_text(detective_stories(o)), corpus_text(plain));
+  testing::expect_error([] { detective_stories({.echoes = 1.5}); }, {"echoes"});
 }
 
 model::GPTConfig tiny() {

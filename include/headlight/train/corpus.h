@@ -76,6 +76,11 @@ struct CorpusOptions {
   // build on). 0 in the examples.
   double drills = 0.0;
   int64_t drill_words = 10;
+  // Probability that a story is followed by an echo line: a run of 6 to 20 consecutive words of
+  // the story itself, repeated on a line of its own ("door with her red key. Then he hid"). Its
+  // first occurrence lies a story's length back (50 to 100 tokens), farther than recall lines'
+  // copies, and costs no unpredictable text. 0 in the examples.
+  double echoes = 0.0;
 };
 
 std::vector<Story> detective_stories(const CorpusOptions& o);
