@@ -9,6 +9,19 @@
 
 namespace headlight::cli {
 
+void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape) {
+  cmd->add_option("--references", shape.references, "Pronoun sentences per detective story")
+      ->capture_default_str();
+  cmd->add_option("--drills", shape.drills,
+                  "Fraction of detective stories followed by a recall line")
+      ->capture_default_str();
+  cmd->add_option("--drill-words", shape.drill_words, "Longest recall line, in words (4..64)")
+      ->capture_default_str();
+  cmd->add_option("--echoes", shape.echoes,
+                  "Fraction of detective stories followed by a run of their own words again")
+      ->capture_default_str();
+}
+
 void add_corpus(CLI::App& app) {
   auto* cmd = app.add_subcommand("corpus", "Generate a built-in corpus");
   cmd->require_subcommand(1);
@@ -24,15 +37,7 @@ void add_corpus(CLI::App& app) {
   det->add_option("--stories", args->o.stories, "Number of stories")->capture_default_str();
   det->add_option("--seed", args->o.seed, "Base seed (each split has its own stream)")
       ->capture_default_str();
-  det->add_option("--references", args->o.references, "Pronoun sentences per story")
-      ->capture_default_str();
-  det->add_option("--drills", args->o.drills, "Fraction of stories followed by a recall line")
-      ->capture_default_str();
-  det->add_option("--drill-words", args->o.drill_words, "Longest recall line, in words (4..64)")
-      ->capture_default_str();
-  det->add_option("--echoes", args->o.echoes,
-                  "Fraction of stories followed by a run of their own words again")
-      ->capture_default_str();
+  add_corpus_shape_options(det, args->o);
   det->add_flag("--json", args->json,
                 "One JSON record per line: text, characters, pronoun and answer with offsets");
   det->callback([args] {

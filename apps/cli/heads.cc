@@ -174,13 +174,7 @@ void add_sweep(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--tokenizer", a->tokenizer, "byte or bpe:VOCAB")->capture_default_str();
   cmd->add_option("--stories", a->sweep.stories, "Training stories")->capture_default_str();
-  cmd->add_option("--references", a->sweep.shape.references, "Pronoun sentences per story")
-      ->capture_default_str();
-  cmd->add_option("--drills", a->sweep.shape.drills,
-                  "Fraction of stories followed by a recall line")
-      ->capture_default_str();
-  cmd->add_option("--drill-words", a->sweep.shape.drill_words, "Longest recall line, in words")
-      ->capture_default_str();
+  add_corpus_shape_options(cmd, a->sweep.shape);
   cmd->add_option("--seed", a->sweep.train.seed, "Seed")->capture_default_str();
   cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print JSON");

@@ -92,16 +92,7 @@ void add_train(CLI::App& app) {
   cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
       ->capture_default_str();
   cmd->add_option("--val-stories", a->val_stories, "Validation stories")->capture_default_str();
-  cmd->add_option("--references", a->shape.references, "Pronoun sentences per detective story")
-      ->capture_default_str();
-  cmd->add_option("--drills", a->shape.drills,
-                  "Fraction of detective stories followed by a recall line")
-      ->capture_default_str();
-  cmd->add_option("--drill-words", a->shape.drill_words, "Longest recall line, in words (4..64)")
-      ->capture_default_str();
-  cmd->add_option("--echoes", a->shape.echoes,
-                  "Fraction of detective stories followed by a run of their own words again")
-      ->capture_default_str();
+  add_corpus_shape_options(cmd, a->shape);
   cmd->add_option("--corpus-seed", a->shape.seed, "Seed of the detective corpus")
       ->capture_default_str();
   auto* m = cmd->add_option_group("model");
