@@ -66,7 +66,8 @@ std::string capitalised(std::string s) {
   return s;
 }
 
-// Every distinct word of the stories' vocabulary (punctuation removed), the words of recall lines.
+// The words of recall lines: every distinct word of the arrays above (names, animals, objects,
+// colours, places, distractors, connectives, endings; punctuation removed) and a few frame words.
 const std::vector<std::string>& drill_pool() {
   static const std::vector<std::string> pool = [] {
     std::vector<std::string> words;
@@ -136,9 +137,8 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
     const auto objects = distinct(kObjects.size(), chars.size(), g);
     const auto colours = distinct(kColours.size(), chars.size(), g);
     const auto places = distinct(kPlaces.size(), chars.size(), g);
-    const size_t start = st.text.size();
     for (size_t c = 0; c < chars.size(); ++c) {
-      if (st.text.size() > start) st.text += ' ';
+      if (!st.text.empty()) st.text += ' ';
       const auto sentence = static_cast<int64_t>(st.text.size());
       const std::string name = chars[c].first;
       const std::string obj = std::string(kColours[colours[c]]) + " " + kObjects[objects[c]];
