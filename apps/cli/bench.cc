@@ -157,7 +157,8 @@ void add_bench_attention(CLI::App& bench) {
         j.update({{"kv_bytes", r.kv_bytes},
                   {"kv_gbytes_per_second", r.kv_gbytes_per_second},
                   {"bandwidth_gbytes_per_second", r.bandwidth_gbytes_per_second},
-                  {"fraction_of_bandwidth", r.fraction_of_bandwidth}});
+                  {"fraction_of_bandwidth", r.fraction_of_bandwidth},
+                  {"kv_copies", r.kv_copies}});
       fmt::print("{}\n", j.dump(2));
       return;
     }
@@ -171,8 +172,11 @@ void add_bench_attention(CLI::App& bench) {
     if (r.kv_bytes > 0)
       fmt::print(
           "  keys and values read at {:.1f} GB/s = {:.1f}% of the read bandwidth {:.1f} GB/s "
-          "measured in this run\n",
-          r.kv_gbytes_per_second, 100 * r.fraction_of_bandwidth, r.bandwidth_gbytes_per_second);
+          "(median of passes interleaved with the runs; runs rotate over {} copies of K and V, "
+          "{:.0f} MiB, so each reads "
+          "them from memory)\n",
+          r.kv_gbytes_per_second, 100 * r.fraction_of_bandwidth, r.bandwidth_gbytes_per_second,
+          r.kv_copies, r.kv_bytes * static_cast<double>(r.kv_copies) / (1 << 20));
   });
 }
 

@@ -1,9 +1,13 @@
 #include "headlight/bench/benchmarks.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -14,6 +18,7 @@
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/core/tensor.h"
+#include "headlight/core/timing.h"
 #include "headlight/ops/elementwise.h"
 #include "headlight/ops/matmul.h"
 
@@ -107,6 +112,17 @@ void unfused_forward(ThreadContext& ctx, const attention::AttentionParams& p) {
   });
 }
 
+// How many copies of `bytes` of keys and values make a working set of at least 256 MiB and four
+// times the last-level cache (when the C library reports it).
+int64_t kv_copies_beyond_cache(double bytes) {
+  double target = 256.0 * (1 << 20);
+#ifdef _SC_LEVEL3_CACHE_SIZE
+  const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (llc > 0) target = std::max(target, 4.0 * static_cast<double>(llc));
+#endif
+  return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(target / std::max(bytes, 1.0))));
+}
+
 }  // namespace
 
 AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
@@ -171,6 +187,27 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
     run = [&] { attention::reference::forward(p); };
   }
   AttentionBenchReport r;
+  // Decode shapes are memory-bound: a run must read K and V from memory, not from a cache that
+  // the previous run filled. They rotate over enough copies that the copies together are well
+  // beyond the last-level cache.
+  const bool decode = L <= 16 && !c.backward;
+  r.kv_copies = decode ? kv_copies_beyond_cache(4.0 * double(k.size() + v.size())) : 1;
+  std::vector<float> k_pool, v_pool;
+  if (r.kv_copies > 1) {
+    k_pool.resize(k.size() * static_cast<size_t>(r.kv_copies));
+    v_pool.resize(v.size() * static_cast<size_t>(r.kv_copies));
+    for (int64_t i = 0; i < r.kv_copies; ++i) {
+      std::copy(k.begin(), k.end(), k_pool.begin() + i * static_cast<int64_t>(k.size()));
+      std::copy(v.begin(), v.end(), v_pool.begin() + i * static_cast<int64_t>(v.size()));
+    }
+    int64_t next = 0;
+    run = [&, body = run, next]() mutable {
+      const size_t at = static_cast<size_t>(next++ % r.kv_copies);
+      p.k.data = k_pool.data() + at * k.size();
+      p.v.data = v_pool.data() + at * v.size();
+      body();
+    };
+  }
   // The peak of the best instruction set, measured before HEADLIGHT_ISA (if set) restricts the
   // kernels, so that a forced lower ISA shows as a lower fraction of this machine's peak.
   r.peak = measure_peak(c.threads);
@@ -181,7 +218,15 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
                                                     : "scalar reference";
   reset_peak_resident();
   const double rss_start = resident_bytes("VmRSS");
-  r.timing = time_runs(run, c.warmup, c.runs);
+  // Decode: a read-bandwidth pass after each timed run; the fraction compares the medians.
+  std::unique_ptr<ReadBandwidthProbe> probe;
+  std::vector<double> bandwidth;
+  std::function<void()> between;
+  if (decode) {
+    probe = std::make_unique<ReadBandwidthProbe>();
+    between = [&] { bandwidth.push_back(probe->pass(ctx)); };
+  }
+  r.timing = time_runs(run, c.warmup, c.runs, between);
   r.extra_peak_bytes = std::max(0.0, resident_bytes("VmHWM") - rss_start);
   r.io_bytes = 4.0 * double(q.size() + k.size() + v.size() + out.size() + lse.size() + dq.size() +
                             dk.size() + dv.size());
@@ -190,10 +235,10 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   if (c.backward) r.flops *= 2.5;
   r.gflops = r.flops / r.timing.median * 1e-9;
   r.fraction_of_peak = r.gflops / r.peak.gflops;
-  if (L <= 16 && !c.backward) {
+  if (decode) {
     r.kv_bytes = 4.0 * double(B) * double(G) * double(S) * double(2 * D);
     r.kv_gbytes_per_second = r.kv_bytes / r.timing.median * 1e-9;
-    r.bandwidth_gbytes_per_second = measure_bandwidth(c.threads).gbytes_per_second;
+    r.bandwidth_gbytes_per_second = median_of(bandwidth);
     r.fraction_of_bandwidth = r.kv_gbytes_per_second / r.bandwidth_gbytes_per_second;
   }
   return r;

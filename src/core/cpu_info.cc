@@ -133,25 +133,29 @@ PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds
   return result;
 }
 
-BandwidthMeasurement measure_read_bandwidth(ThreadContext& ctx, size_t bytes, int repeats) {
+ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes)
+    : buffer_(std::max<size_t>(bytes / sizeof(float) / 1024, 1) * 1024, 1.0f) {}
+
+double ReadBandwidthProbe::pass(ThreadContext& ctx) {
   using Clock = std::chrono::steady_clock;
-  const size_t n = std::max<size_t>(bytes / sizeof(float) / 1024, 1) * 1024;
-  std::vector<float> buffer(n, 1.0f);  // touched once here, before timing
-  std::vector<float> sinks(static_cast<size_t>(ctx.num_threads()), 0.0f);
+  sinks_.resize(static_cast<size_t>(ctx.num_threads()), 0.0f);
+  const int64_t chunks = static_cast<int64_t>(buffer_.size() / 1024);
+  const auto t0 = Clock::now();
+  ctx.parallel_for(chunks, [&](Range range, int worker) {
+    sinks_[static_cast<size_t>(worker)] += HWY_DYNAMIC_DISPATCH(StreamSumRun)(
+        buffer_.data() + range.begin * 1024, static_cast<size_t>(range.size()) * 1024);
+  });
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return static_cast<double>(bytes()) / s * 1e-9;
+}
+
+BandwidthMeasurement measure_read_bandwidth(ThreadContext& ctx, size_t bytes, int repeats) {
+  ReadBandwidthProbe probe(bytes);
   BandwidthMeasurement result;
   result.threads = ctx.num_threads();
-  result.bytes = n * sizeof(float);
-  const int64_t chunks = static_cast<int64_t>(n / 1024);
-  for (int r = 0; r < std::max(1, repeats); ++r) {
-    const auto t0 = Clock::now();
-    ctx.parallel_for(chunks, [&](Range range, int worker) {
-      sinks[static_cast<size_t>(worker)] += HWY_DYNAMIC_DISPATCH(StreamSumRun)(
-          buffer.data() + range.begin * 1024, static_cast<size_t>(range.size()) * 1024);
-    });
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    result.gbytes_per_second = std::max(result.gbytes_per_second, double(result.bytes) / s * 1e-9);
-  }
-  if (sinks[0] == -1.0f) result.gbytes_per_second += 0;  // keep the sums alive
+  result.bytes = probe.bytes();
+  for (int r = 0; r < std::max(1, repeats); ++r)
+    result.gbytes_per_second = std::max(result.gbytes_per_second, probe.pass(ctx));
   return result;
 }
 

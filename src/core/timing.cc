@@ -5,7 +5,14 @@
 
 namespace headlight {
 
-Timing time_runs(const std::function<void()>& fn, int warmup, int runs) {
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+}
+
+Timing time_runs(const std::function<void()>& fn, int warmup, int runs,
+                 const std::function<void()>& between) {
   using Clock = std::chrono::steady_clock;
   for (int i = 0; i < warmup; ++i) fn();
   Timing t;
@@ -13,12 +20,10 @@ Timing time_runs(const std::function<void()>& fn, int warmup, int runs) {
     const auto t0 = Clock::now();
     fn();
     t.seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    if (between) between();
   }
-  std::vector<double> sorted = t.seconds;
-  std::sort(sorted.begin(), sorted.end());
-  const size_t n = sorted.size();
-  t.median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
-  t.min = sorted.front();
+  t.median = median_of(t.seconds);
+  t.min = *std::min_element(t.seconds.begin(), t.seconds.end());
   return t;
 }
 

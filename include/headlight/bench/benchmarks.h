@@ -72,11 +72,15 @@ struct AttentionBenchReport {
   double fraction_of_peak = 0;
   std::string target;  // SIMD target of the kernel
   // Decode shapes (seq ≤ 16): the key/value bytes read per call against the read bandwidth
-  // measured in the same run (0 otherwise).
+  // measured in the same run: the median of read passes interleaved with the timed runs (0
+  // otherwise).
   double kv_bytes = 0;
   double kv_gbytes_per_second = 0;
   double bandwidth_gbytes_per_second = 0;
   double fraction_of_bandwidth = 0;
+  // Decode shapes: how many copies of K and V the runs rotate over, so that each run reads them
+  // from memory (1 otherwise).
+  int64_t kv_copies = 1;
   // Memory: bytes of the inputs and outputs, and how far the process's peak resident set grew
   // beyond them while the kernel ran (scratch, packed keys, partial buffers).
   double io_bytes = 0;

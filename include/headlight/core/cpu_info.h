@@ -46,8 +46,23 @@ struct BandwidthMeasurement {
   int threads = 1;
 };
 
-// Memory read bandwidth on ctx.num_threads() threads: a streaming SIMD sum over a `bytes` buffer
-// (much larger than the caches), best of `repeats`.
+// A buffer for repeated read-bandwidth passes: a streaming SIMD sum over `bytes` (much larger
+// than the caches), touched once when made. The decode benchmark interleaves its passes with the
+// timed runs so that both see the machine in the same state.
+class ReadBandwidthProbe {
+ public:
+  explicit ReadBandwidthProbe(size_t bytes = size_t{512} << 20);
+  // One pass on ctx.num_threads() threads; its GB/s.
+  double pass(ThreadContext& ctx);
+  size_t bytes() const { return buffer_.size() * sizeof(float); }
+
+ private:
+  std::vector<float> buffer_;
+  std::vector<float> sinks_;  // keeps the sums alive
+};
+
+// Memory read bandwidth on ctx.num_threads() threads: ReadBandwidthProbe passes over a `bytes`
+// buffer, best of `repeats`.
 BandwidthMeasurement measure_read_bandwidth(ThreadContext& ctx, size_t bytes = size_t{512} << 20,
                                             int repeats = 5);
 

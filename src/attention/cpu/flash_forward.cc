@@ -101,7 +101,8 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       // Keys and values in place (decode): the rows of every head of the group form one tile,
       // so each key and value row is read once for the whole group.
       const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
-      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad);
+      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad, v,
+                        ldv, sh.value_dim);
       if (o.softcap > 0) kernels::softcap_tile(w.s, gr, cols_pad, plan.bc_pad, o.softcap);
       for (int64_t hg = 0; hg < G; ++hg)
         apply_element_masks(p, {b, g * G + hg, i0, rows, j0, cols, partial}, cols_pad,

@@ -113,44 +113,14 @@ void QkTile(const float* q, size_t ldq, size_t rows, const float* kt, size_t ldk
   });
 }
 
-// Dot products of 4 keys with one query row: s[0..4) = a · k_i, k_i = k + i·ldk, over `dim`.
-HWY_INLINE void Dot4(const float* HWY_RESTRICT a, const float* HWY_RESTRICT k, size_t ldk,
-                     size_t dim, float* HWY_RESTRICT s) {
-  const DF d;
-  const size_t L = hn::Lanes(d);
-  VF a0 = hn::Zero(d), a1 = a0, a2 = a0, a3 = a0;
-  size_t e = 0;
-  for (; e + L <= dim; e += L) {
-    const VF q = hn::LoadU(d, a + e);
-    a0 = hn::MulAdd(q, hn::LoadU(d, k + e), a0);
-    a1 = hn::MulAdd(q, hn::LoadU(d, k + ldk + e), a1);
-    a2 = hn::MulAdd(q, hn::LoadU(d, k + 2 * ldk + e), a2);
-    a3 = hn::MulAdd(q, hn::LoadU(d, k + 3 * ldk + e), a3);
-  }
-  if (e < dim) {
-    const auto m = hn::FirstN(d, dim - e);
-    const VF q = hn::MaskedLoad(m, d, a + e);
-    a0 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + e), a0);
-    a1 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + ldk + e), a1);
-    a2 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + 2 * ldk + e), a2);
-    a3 = hn::MulAdd(q, hn::MaskedLoad(m, d, k + 3 * ldk + e), a3);
-  }
-  s[0] = hn::GetLane(hn::SumOfLanes(d, a0));
-  s[1] = hn::GetLane(hn::SumOfLanes(d, a1));
-  s[2] = hn::GetLane(hn::SumOfLanes(d, a2));
-  s[3] = hn::GetLane(hn::SumOfLanes(d, a3));
-}
-
-// s[r, c] = a[r, :] · k[c·ldk, :] for r < rows, c < cols, any dim: scores straight from the key
-// rows where they lie (no packing), for the decode path that reads each key once.
+#if HWY_HAVE_SCALABLE || HWY_TARGET == HWY_SCALAR
+// Sizeless vectors (SVE/RVV) cannot live in arrays and the scalar target has no lane shuffles:
+// one dot product at a time, each reduced on its own.
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds) {
+             size_t cols, float* s, size_t lds, const float*, size_t, size_t) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  size_t c = 0;
-  for (; c + 4 <= cols; c += 4)
-    for (size_t r = 0; r < rows; ++r) Dot4(a + r * lda, k + c * ldk, ldk, dim, s + r * lds + c);
-  for (; c < cols; ++c)
+  for (size_t c = 0; c < cols; ++c)
     for (size_t r = 0; r < rows; ++r) {
       VF acc = hn::Zero(d);
       size_t e = 0;
@@ -161,6 +131,118 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
       s[r * lds + c] = x;
     }
 }
+#else
+// The decode path's scores, straight from key rows where they lie (no packing, each key read
+// once): s[r, c] = a[r, :] · k[c·ldk, :]. A dot product along the head dim leaves a vector of
+// partial sums per (row, key); reducing each one horizontally (log2 L shuffles and adds) would
+// cost as much as its FMAs at D = 128. Instead the R × KN accumulators of a register tile are
+// reduced together, transposed: one step adds the even and odd lanes of two vectors into one,
+//     fold(v, w) = ConcatEven(w, v) + ConcatOdd(w, v)   (v's pair sums in the lower half, w's in
+//                                                        the upper),
+// so log2(R·KN) steps turn R·KN vectors into one whose segments of L / (R·KN) lanes sum to the
+// R·KN dot products: R·KN − 1 folds in all instead of R·KN reductions. With R·KN = L (16 on
+// AVX-512: 4 rows × 4 keys) the last vector holds the results themselves.
+
+// v[0 .. N) → v[0]: N a power of two ≤ L; segment i of v[0] (L / N lanes) sums to Σ v_i.
+template <size_t N>
+HWY_INLINE void FoldVectors(DF d, VF* v) {
+  if constexpr (N > 1) {
+    for (size_t i = 0; i < N / 2; ++i)
+      v[i] = hn::Add(hn::ConcatEven(d, v[2 * i + 1], v[2 * i]),
+                     hn::ConcatOdd(d, v[2 * i + 1], v[2 * i]));
+    FoldVectors<N / 2>(d, v);
+  }
+}
+
+// Rows of the register tile of the decode scores: as many as make R · 4 keys = L accumulators
+// (4 on AVX-512, 2 on AVX2, 1 on 128-bit vectors).
+constexpr size_t kDotKeys = 4;
+constexpr size_t kDotRows = HWY_MAX(size_t{1}, hn::MaxLanes(DF()) / kDotKeys);
+// Memory. Decode streams K and V from memory once, so the loop is bound by how many cache lines
+// are in flight, not by its FMAs. Each line of a key row is prefetched kDotAhead keys (16 KB at
+// D = 128) before its scores need it, and the value rows of the keys being scored are prefetched
+// for the PvTile that follows the tile's softmax; both into L2 (locality 2: prefetcht1 on x86),
+// because prefetching a whole tile ahead into L1 evicts the lines in use. Measured on a 2-core
+// AMD EPYC (Zen 4) VM: K and V read at ~0.54 of the read bandwidth without the folding and the
+// prefetches, ~0.70 with them (docs/performance.md).
+constexpr size_t kDotAhead = 32;
+constexpr int kToL2 = 2;
+
+// s[R rows, KN keys] for rows a[0..R) and keys k[0..KN); any dim (a masked last vector).
+template <size_t R, size_t KN>
+HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT k,
+                         size_t ldk, size_t dim, float* HWY_RESTRICT s, size_t lds) {
+  const DF d;
+  constexpr size_t L = hn::MaxLanes(DF());
+  constexpr size_t N = R * KN;
+  constexpr size_t kPadded = N <= 1 ? 1 : N <= 2 ? 2 : N <= 4 ? 4 : N <= 8 ? 8 : 16;
+  static_assert(kPadded <= L, "the register tile must fold into one vector");
+  VF acc[kPadded];
+  for (size_t i = 0; i < kPadded; ++i) acc[i] = hn::Zero(d);
+  size_t e = 0;
+  for (; e + L <= dim; e += L) {
+    VF kv[KN];
+    for (size_t j = 0; j < KN; ++j) {
+      __builtin_prefetch(k + (j + kDotAhead) * ldk + e, 0, kToL2);
+      kv[j] = hn::LoadU(d, k + j * ldk + e);
+    }
+    for (size_t r = 0; r < R; ++r) {
+      const VF q = hn::LoadU(d, a + r * lda + e);
+      for (size_t j = 0; j < KN; ++j) acc[r * KN + j] = hn::MulAdd(q, kv[j], acc[r * KN + j]);
+    }
+  }
+  if (e < dim) {
+    const auto m = hn::FirstN(d, dim - e);
+    VF kv[KN];
+    for (size_t j = 0; j < KN; ++j) kv[j] = hn::MaskedLoad(m, d, k + j * ldk + e);
+    for (size_t r = 0; r < R; ++r) {
+      const VF q = hn::MaskedLoad(m, d, a + r * lda + e);
+      for (size_t j = 0; j < KN; ++j) acc[r * KN + j] = hn::MulAdd(q, kv[j], acc[r * KN + j]);
+    }
+  }
+  FoldVectors<kPadded>(d, acc);
+  HWY_ALIGN float sums[L];
+  hn::Store(acc[0], d, sums);
+  constexpr size_t seg = L / kPadded;  // lanes per dot product
+  for (size_t r = 0; r < R; ++r)
+    for (size_t j = 0; j < KN; ++j) {
+      const float* part = sums + (r * KN + j) * seg;
+      float x = part[0];
+      for (size_t t = 1; t < seg; ++t) x += part[t];
+      s[r * lds + j] = x;
+    }
+}
+
+// kDotKeys keys at a time for blocks of R rows, then the remaining keys one at a time. With
+// `next` non-null, the rows next[c·ldn .. c·ldn + width) of the same keys are prefetched as their
+// scores are computed (the value rows, for the PvTile that follows).
+template <size_t R>
+HWY_INLINE void DotRows(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
+                        size_t cols, float* s, size_t lds, const float* next, size_t ldn,
+                        size_t width) {
+  const size_t L = hn::Lanes(DF());
+  size_t c = 0;
+  for (; c + kDotKeys <= cols; c += kDotKeys) {
+    DotMicro<R, kDotKeys>(a, lda, k + c * ldk, ldk, dim, s + c, lds);
+    if (next)
+      for (size_t j = 0; j < kDotKeys; ++j)
+        for (size_t x = 0; x < width; x += L)
+          __builtin_prefetch(next + (c + j) * ldn + x, 0, kToL2);
+  }
+  for (; c < cols; ++c) DotMicro<R, 1>(a, lda, k + c * ldk, ldk, dim, s + c, lds);
+}
+
+void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
+             size_t cols, float* s, size_t lds, const float* next, size_t ldn, size_t width) {
+  size_t r = 0;
+  for (; r + kDotRows <= rows; r += kDotRows)
+    DotRows<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
+                      r == 0 ? next : nullptr, ldn, width);
+  for (; r < rows; ++r)
+    DotRows<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds, r == 0 ? next : nullptr, ldn,
+               width);
+}
+#endif
 
 // s ← cap · tanh(s / cap) over rows × cols.
 void SoftcapTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {

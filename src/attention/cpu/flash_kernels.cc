@@ -33,8 +33,8 @@ void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ld
 }
 
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds) {
-  HWY_DYNAMIC_DISPATCH(DotTile)(a, lda, rows, k, ldk, dim, cols, s, lds);
+              size_t cols, float* s, size_t lds, const float* next, size_t ldn, size_t width) {
+  HWY_DYNAMIC_DISPATCH(DotTile)(a, lda, rows, k, ldk, dim, cols, s, lds, next, ldn, width);
 }
 
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {

@@ -14,8 +14,11 @@ namespace headlight::attention::cpu::kernels {
 void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ldb, size_t dim,
              size_t cols, float* s, size_t lds);
 // s[r, c] = a[r, :] · k[c·ldk, :] for c < cols (any cols and dim): scores from key rows in place.
+// With `next` non-null, next[c·ldn .. c·ldn + width) is prefetched for each key c (the value rows
+// the following pv_tile reads); null for none.
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds);
+              size_t cols, float* s, size_t lds, const float* next = nullptr, size_t ldn = 0,
+              size_t width = 0);
 // s ← cap · tanh(s / cap).
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // The online softmax of a tile: updates m and the per-lane sums l [rows, lanes], writes α and
