@@ -206,7 +206,7 @@ TEST(FlashForward, NanStaysInTheAffectedRow) {
 }
 
 TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
-  // Lq ≤ 16 with more than 4 key blocks takes the split-key decode path: keys and values read in
+  // Lq ≤ 16 with more than 512 keys (2 blocks) takes the split-key decode path: keys and values read in
   // place when Dv is a whole number of vectors, packed otherwise. Every instruction set: the
   // in-place scores fold a register tile whose size depends on the vector length.
   ThreadContext ctx(3);

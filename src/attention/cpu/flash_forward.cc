@@ -48,7 +48,7 @@ namespace {
 
 // Decode: at most this many query rows, split into pieces of this many key blocks.
 constexpr int64_t kDecodeRows = 16;
-constexpr int64_t kDecodeSplitBlocks = 4;
+constexpr int64_t kDecodeSplitBlocks = 2;
 
 // Whether the caller asked for per-row statistics.
 bool wants_stats(const AttentionParams& p) {

@@ -14,7 +14,10 @@
 namespace headlight::attention::cpu {
 
 constexpr int64_t kBlockRows = 48;   // Br: query rows per item and head (≤ kMaxSoftmaxRows)
-constexpr int64_t kBlockKeys = 128;  // Bc: keys per tile
+// Bc: keys per tile. 256 rather than 128: fewer tiles per row halve the per-tile costs (the
+// softmax's rescale pass, loading and storing the output accumulators in PvTile); measured +3–5%
+// on the forward at N = 512 and 2048, equal on the backward (docs/performance.md, 2026-12-03).
+constexpr int64_t kBlockKeys = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t round_up(int64_t x, int64_t m) {
