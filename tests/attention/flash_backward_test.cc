@@ -78,7 +78,8 @@ TEST(FlashBackward, OddLengthsHeadDimsAndChunks) {
         Shape{{1, 2, 2, 255, 255, 128, 128}, true, tl},
         Shape{{1, 1, 1, 33, 300, 256, 256}, false, tl},
         Shape{{1, 1, 1, 2049, 130, 16, 16}, true, br},  // 3 query chunks
-        Shape{{1, 3, 1, 1025, 1025, 64, 64}, true, tl}}) {
+        Shape{{1, 3, 1, 1025, 1025, 64, 64}, true, tl},
+        Shape{{1, 2, 1, 1100, 300, 64, 64}, false, tl}}) {  // long query blocks (144 rows)
     SCOPED_TRACE(::testing::Message() << "Lq " << s.shape.len_q << " Lk " << s.shape.len_kv << " D "
                                       << s.shape.head_dim);
     AttentionOptions o;

@@ -128,7 +128,8 @@ TEST(FlashForward, OddLengthsHeadDimsAndTheAccuracyRule) {
         SweepShape{1, 3, 1, 255, 255, 128, 128, true, tl},
         SweepShape{1, 1, 1, 49, 1025, 256, 256, false, tl},
         SweepShape{1, 2, 2, 1023, 1023, 64, 64, true, tl},
-        SweepShape{1, 2, 1, 5, 1025, 64, 40, true, br}}) {
+        SweepShape{1, 2, 1, 5, 1025, 64, 40, true, br},
+        SweepShape{1, 2, 1, 1100, 300, 64, 64, false, tl}}) {  // long query blocks (144 rows)
     SCOPED_TRACE(::testing::Message() << "Lq " << s.len_q << " Lk " << s.len_kv << " D " << s.dim);
     const AttentionShape shape{s.batch, s.heads, s.kv_heads, s.len_q, s.len_kv, s.dim, s.vdim};
     AttentionOptions o;
@@ -206,9 +207,9 @@ TEST(FlashForward, NanStaysInTheAffectedRow) {
 }
 
 TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
-  // Lq ≤ 16 with more than 512 keys (2 blocks) takes the split-key decode path: keys and values read in
-  // place when Dv is a whole number of vectors, packed otherwise. Every instruction set: the
-  // in-place scores fold a register tile whose size depends on the vector length.
+  // Lq ≤ 16 with more than 512 keys (2 blocks) takes the split-key decode path: keys and values
+  // read in place when Dv is a whole number of vectors, packed otherwise. Every instruction set:
+  // the in-place scores fold a register tile whose size depends on the vector length.
   ThreadContext ctx(3);
   struct DecodeCase {
     AttentionShape shape;

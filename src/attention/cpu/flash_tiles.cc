@@ -144,7 +144,9 @@ Plan make_plan(const AttentionParams& p) {
   plan.group = sh.heads / sh.kv_heads;
   plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
   plan.bc_pad = round_up(kBlockKeys, plan.lanes);
-  plan.br = std::min(kBlockRows, sh.len_q);
+  const AttentionOptions& o = p.options;
+  const bool banded = o.causal || o.window_left >= 0 || o.window_right >= 0;
+  plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
   const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
   plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
