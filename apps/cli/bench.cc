@@ -173,8 +173,7 @@ void add_bench_attention(CLI::App& bench) {
       fmt::print(
           "  keys and values read at {:.1f} GB/s = {:.1f}% of the read bandwidth {:.1f} GB/s "
           "(median of passes interleaved with the runs; runs rotate over {} copies of K and V, "
-          "{:.0f} MiB, so each reads "
-          "them from memory)\n",
+          "{:.0f} MiB, so each reads them from memory)\n",
           r.kv_gbytes_per_second, 100 * r.fraction_of_bandwidth, r.bandwidth_gbytes_per_second,
           r.kv_copies, r.kv_bytes * static_cast<double>(r.kv_copies) / (1 << 20));
   });

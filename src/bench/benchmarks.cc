@@ -216,9 +216,9 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   r.target = c.kernel == AttentionKernel::fused     ? attention::cpu::flash_target()
              : c.kernel == AttentionKernel::unfused ? "oneDNN + softmax"
                                                     : "scalar reference";
-  reset_peak_resident();
-  const double rss_start = resident_bytes("VmRSS");
-  // Decode: a read-bandwidth pass after each timed run; the fraction compares the medians.
+  // Decode: a read-bandwidth pass after each timed run; the fraction compares the medians. The
+  // probe's buffer is made before the resident set is sampled, so it is not counted as the
+  // kernel's memory.
   std::unique_ptr<ReadBandwidthProbe> probe;
   std::vector<double> bandwidth;
   std::function<void()> between;
@@ -226,6 +226,8 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
     probe = std::make_unique<ReadBandwidthProbe>();
     between = [&] { bandwidth.push_back(probe->pass(ctx)); };
   }
+  reset_peak_resident();
+  const double rss_start = resident_bytes("VmRSS");
   r.timing = time_runs(run, c.warmup, c.runs, between);
   r.extra_peak_bytes = std::max(0.0, resident_bytes("VmHWM") - rss_start);
   r.io_bytes = 4.0 * double(q.size() + k.size() + v.size() + out.size() + lse.size() + dq.size() +

@@ -256,12 +256,13 @@ void SoftcapTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
     }
 }
 
-// exp(x) for the softmax, x ≤ 0 (scores minus their running maximum): Cody–Waite reduction
+// exp(x) for probabilities recomputed from a saved log-sum-exp (ExpShiftRows: probabilities()
+// and the backward), x ≤ 0 (scores minus the lse): Cody–Waite reduction
 // x = n·ln 2 + r, |r| ≤ ln2 / 2, a degree-7 Taylor polynomial for e^r (truncation error
 // < 5e-9 relative), and 2^n added to the exponent bits. Below −87 (and for −inf) the result is
 // exactly 0 (x ≥ −87 keeps 2^n and the result normal). About 14 operations against hn::Exp's ~20,
 // which matters because the exponential is the one per-score cost the products do not amortise.
-// A NaN input gives 0: SoftmaxRows marks NaN rows before it exponentiates.
+// A NaN input gives 0 (ExpShiftRows handles NaN and −inf lse rows before it exponentiates).
 HWY_INLINE VF ExpNonPositive(DF d, VF x) {
   using DI = hn::RebindToSigned<DF>;
   const DI di;
@@ -404,9 +405,9 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
       const VF floor = hn::Set(d, -1e30f);
       VF e = hn::Zero(d);
       for (; c < cols; c += L) {
-        const VF t = hn::Sub(hn::LoadU(d, row + c), vm);
-        const VF p0 =
-            none ? hn::Zero(d) : Exp2Softmax(d, hn::MulSub(hn::LoadU(d, row + c), l2e, vml));
+        const VF x = hn::LoadU(d, row + c);
+        const VF t = hn::Sub(x, vm);  // natural units, for the entropy term
+        const VF p0 = none ? hn::Zero(d) : Exp2Softmax(d, hn::MulSub(x, l2e, vml));
         sum0 = hn::Add(sum0, p0);
         e = hn::MulAdd(p0, hn::Max(t, floor), e);
         hn::StoreU(p0, d, row + c);
