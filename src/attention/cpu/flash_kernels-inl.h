@@ -133,15 +133,27 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
 }
 #else
 // The decode path's scores, straight from key rows where they lie (no packing, each key read
-// once): s[r, c] = a[r, :] · k[c·ldk, :]. A dot product along the head dim leaves a vector of
-// partial sums per (row, key); reducing each one horizontally (log2 L shuffles and adds) would
-// cost as much as its FMAs at D = 128. Instead the R × KN accumulators of a register tile are
-// reduced together, transposed: one step adds the even and odd lanes of two vectors into one,
+// once): s[r, c] = a[r, :] · k[c·ldk, :].
+//
+// Memory. Decode streams K and V from memory once; its FMAs take about half as long as the
+// reads, and on the machines measured they overlap with them poorly, so the order of the reads
+// matters more than the FMA count. Each key row is read front to back, one key at a time, for a
+// register tile of R query rows (the query heads of a GQA group share it): R accumulators, the
+// query vectors reloaded from L1 for every key. A tile of 4 keys × R rows that loads the same
+// vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams,
+// and read K about 20% slower from memory (2-core Zen 4 VM, 2026-12-03, docs/performance.md). The
+// key rows are also prefetched kDotAhead keys ahead and the value rows of the keys being scored
+// are prefetched for the PvTile that follows the tile's softmax, both into L2 (locality 2:
+// prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use).
+//
+// Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
+// reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
+// D = 128. Instead the R accumulators are reduced together, transposed: one step adds the even
+// and odd lanes of two vectors into one,
 //     fold(v, w) = ConcatEven(w, v) + ConcatOdd(w, v)   (v's pair sums in the lower half, w's in
 //                                                        the upper),
-// so log2(R·KN) steps turn R·KN vectors into one whose segments of L / (R·KN) lanes sum to the
-// R·KN dot products: R·KN − 1 folds in all instead of R·KN reductions. With R·KN = L (16 on
-// AVX-512: 4 rows × 4 keys) the last vector holds the results themselves.
+// so log2 R steps turn R vectors into one whose segments of L / R lanes sum to the R dot
+// products: R − 1 folds instead of R reductions.
 
 // v[0 .. N) → v[0]: N a power of two ≤ L; segment i of v[0] (L / N lanes) sums to Σ v_i.
 template <size_t N>
@@ -154,93 +166,81 @@ HWY_INLINE void FoldVectors(DF d, VF* v) {
   }
 }
 
-// Rows of the register tile of the decode scores: as many as make R · 4 keys = L accumulators
-// (4 on AVX-512, 2 on AVX2, 1 on 128-bit vectors).
-constexpr size_t kDotKeys = 4;
-constexpr size_t kDotRows = HWY_MAX(size_t{1}, hn::MaxLanes(DF()) / kDotKeys);
-// Memory. Decode streams K and V from memory once, so the loop is bound by how many cache lines
-// are in flight, not by its FMAs. Each line of a key row is prefetched kDotAhead keys (16 KB at
-// D = 128) before its scores need it, and the value rows of the keys being scored are prefetched
-// for the PvTile that follows the tile's softmax; both into L2 (locality 2: prefetcht1 on x86),
-// because prefetching a whole tile ahead into L1 evicts the lines in use. Measured on a 2-core
-// AMD EPYC (Zen 4) VM: K and V read at ~0.54 of the read bandwidth without the folding and the
-// prefetches, ~0.70 with them (docs/performance.md).
-constexpr size_t kDotAhead = 32;
+// Query rows of the register tile: 4, or fewer where a vector has fewer lanes.
+constexpr size_t kDotRows = HWY_MIN(size_t{4}, hn::MaxLanes(DF()));
+constexpr size_t kDotAhead = 32;  // keys (16 KB at D = 128)
 constexpr int kToL2 = 2;
 
-// s[R rows, KN keys] for rows a[0..R) and keys k[0..KN); any dim (a masked last vector).
-template <size_t R, size_t KN>
+// s[r] for rows a[0..R) against one key row k; the head dim is kDim, or dim_any when kDim = 0
+// (then a masked last vector). The fixed dims (64, 128) unroll completely.
+template <size_t R, size_t kDim>
 HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT k,
-                         size_t ldk, size_t dim, float* HWY_RESTRICT s, size_t lds) {
+                         size_t dim_any, float* HWY_RESTRICT s, size_t lds, const float* ahead) {
   const DF d;
   constexpr size_t L = hn::MaxLanes(DF());
-  constexpr size_t N = R * KN;
-  constexpr size_t kPadded = N <= 1 ? 1 : N <= 2 ? 2 : N <= 4 ? 4 : N <= 8 ? 8 : 16;
-  static_assert(kPadded <= L, "the register tile must fold into one vector");
+  constexpr size_t kPadded = R <= 1 ? 1 : R <= 2 ? 2 : 4;
+  static_assert(R <= 4 && kPadded <= L, "the register tile must fold into one vector");
+  const size_t dim = kDim ? kDim : dim_any, whole = dim / L * L;
   VF acc[kPadded];
   for (size_t i = 0; i < kPadded; ++i) acc[i] = hn::Zero(d);
-  size_t e = 0;
-  for (; e + L <= dim; e += L) {
-    VF kv[KN];
-    for (size_t j = 0; j < KN; ++j) {
-      __builtin_prefetch(k + (j + kDotAhead) * ldk + e, 0, kToL2);
-      kv[j] = hn::LoadU(d, k + j * ldk + e);
-    }
-    for (size_t r = 0; r < R; ++r) {
-      const VF q = hn::LoadU(d, a + r * lda + e);
-      for (size_t j = 0; j < KN; ++j) acc[r * KN + j] = hn::MulAdd(q, kv[j], acc[r * KN + j]);
-    }
+  for (size_t e = 0; e < whole; e += L) {
+    __builtin_prefetch(ahead + e, 0, kToL2);
+    const VF kv = hn::LoadU(d, k + e);
+    for (size_t r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(d, a + r * lda + e), kv, acc[r]);
   }
-  if (e < dim) {
-    const auto m = hn::FirstN(d, dim - e);
-    VF kv[KN];
-    for (size_t j = 0; j < KN; ++j) kv[j] = hn::MaskedLoad(m, d, k + j * ldk + e);
-    for (size_t r = 0; r < R; ++r) {
-      const VF q = hn::MaskedLoad(m, d, a + r * lda + e);
-      for (size_t j = 0; j < KN; ++j) acc[r * KN + j] = hn::MulAdd(q, kv[j], acc[r * KN + j]);
-    }
+  if (whole < dim) {
+    const auto m = hn::FirstN(d, dim - whole);
+    const VF kv = hn::MaskedLoad(m, d, k + whole);
+    for (size_t r = 0; r < R; ++r)
+      acc[r] = hn::MulAdd(hn::MaskedLoad(m, d, a + r * lda + whole), kv, acc[r]);
   }
   FoldVectors<kPadded>(d, acc);
   HWY_ALIGN float sums[L];
   hn::Store(acc[0], d, sums);
   constexpr size_t seg = L / kPadded;  // lanes per dot product
-  for (size_t r = 0; r < R; ++r)
-    for (size_t j = 0; j < KN; ++j) {
-      const float* part = sums + (r * KN + j) * seg;
-      float x = part[0];
-      for (size_t t = 1; t < seg; ++t) x += part[t];
-      s[r * lds + j] = x;
-    }
+  for (size_t r = 0; r < R; ++r) {
+    float x = sums[r * seg];
+    for (size_t t = 1; t < seg; ++t) x += sums[r * seg + t];
+    s[r * lds] = x;
+  }
 }
 
-// kDotKeys keys at a time for blocks of R rows, then the remaining keys one at a time. With
-// `next` non-null, the rows next[c·ldn .. c·ldn + width) of the same keys are prefetched as their
-// scores are computed (the value rows, for the PvTile that follows).
-template <size_t R>
+// One key at a time for a block of R rows. With `next` non-null, the rows next[c·ldn ..
+// c·ldn + width) of the same keys are prefetched as their scores are computed (the value rows,
+// for the PvTile that follows).
+template <size_t R, size_t kDim>
 HWY_INLINE void DotRows(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
                         size_t cols, float* s, size_t lds, const float* next, size_t ldn,
                         size_t width) {
   const size_t L = hn::Lanes(DF());
-  size_t c = 0;
-  for (; c + kDotKeys <= cols; c += kDotKeys) {
-    DotMicro<R, kDotKeys>(a, lda, k + c * ldk, ldk, dim, s + c, lds);
+  for (size_t c = 0; c < cols; ++c) {
+    DotMicro<R, kDim>(a, lda, k + c * ldk, dim, s + c, lds, k + (c + kDotAhead) * ldk);
     if (next)
-      for (size_t j = 0; j < kDotKeys; ++j)
-        for (size_t x = 0; x < width; x += L)
-          __builtin_prefetch(next + (c + j) * ldn + x, 0, kToL2);
+      for (size_t x = 0; x < width; x += L) __builtin_prefetch(next + c * ldn + x, 0, kToL2);
   }
-  for (; c < cols; ++c) DotMicro<R, 1>(a, lda, k + c * ldk, ldk, dim, s + c, lds);
+}
+
+template <size_t R>
+HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
+                              size_t cols, float* s, size_t lds, const float* next, size_t ldn,
+                              size_t width) {
+  if (dim == 128)
+    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds, next, ldn, width);
+  else if (dim == 64)
+    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds, next, ldn, width);
+  else
+    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds, next, ldn, width);
 }
 
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
              size_t cols, float* s, size_t lds, const float* next, size_t ldn, size_t width) {
   size_t r = 0;
   for (; r + kDotRows <= rows; r += kDotRows)
-    DotRows<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
-                      r == 0 ? next : nullptr, ldn, width);
+    DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
+                            r == 0 ? next : nullptr, ldn, width);
   for (; r < rows; ++r)
-    DotRows<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds, r == 0 ? next : nullptr, ldn,
-               width);
+    DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds, r == 0 ? next : nullptr,
+                     ldn, width);
 }
 #endif
 
