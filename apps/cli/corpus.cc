@@ -17,8 +17,15 @@ void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape) {
       ->capture_default_str();
   cmd->add_option("--drill-words", shape.drill_words, "Longest recall line, in words (4..64)")
       ->capture_default_str();
+  cmd->add_flag("--drill-log-lengths", shape.drill_log_lengths,
+                "Draw recall lines' lengths log-uniformly (as many short as long) instead of "
+                "uniformly");
   cmd->add_option("--echoes", shape.echoes,
                   "Fraction of detective stories followed by a run of their own words again")
+      ->capture_default_str();
+  cmd->add_flag("--signatures,!--no-signatures", shape.signatures,
+                "Reference sentences first name the antecedent's signature (\"put on her scarf\"), "
+                "which only its identity tells")
       ->capture_default_str();
 }
 
@@ -65,7 +72,10 @@ void add_corpus(CLI::App& app) {
                         {"subject", r.subject},
                         {"subject_offset", r.subject_offset},
                         {"answer", r.answer},
-                        {"answer_offset", r.answer_offset}});
+                        {"answer_offset", r.answer_offset},
+                        {"signature", r.signature},
+                        {"signature_pronoun_offset", r.signature_pronoun_offset},
+                        {"signature_offset", r.signature_offset}});
       fmt::print("{}\n", nlohmann::json{{"text", s.text},
                                         {"references", refs},
                                         {"characters", chars},

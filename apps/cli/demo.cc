@@ -31,6 +31,7 @@ struct ExplainArgs {
   int64_t sequences = 32;
   int threads = 0;
   bool no_curve = false;
+  bool signatures = false;  // the model was trained on stories with signatures
 };
 
 void run_explain(train::LoadedModel& loaded, const std::string& model_path, const std::string& text,
@@ -41,6 +42,7 @@ void run_explain(train::LoadedModel& loaded, const std::string& model_path, cons
   inspect::ExplainOptions o;
   o.sequences = a.sequences;
   o.curve = !a.no_curve;
+  o.signatures = a.signatures;
   const inspect::Explanation e = inspect::explain(ctx, loaded.model, *loaded.tokenizer, text, o);
   fmt::print("{}{}\n\n", text, e.continuation);
   for (const std::string& line : e.summary) fmt::print("• {}\n", line);
@@ -91,6 +93,9 @@ void add_explain_options(CLI::App* cmd, ExplainArgs& a) {
       ->capture_default_str();
   cmd->add_flag("--no-curve", a.no_curve, "Skip the pruning curves (faster)");
   cmd->add_option("--threads", a.threads, "Threads (0: all)")->capture_default_str();
+  cmd->add_flag("--signatures", a.signatures,
+                "The model was trained on detective stories with signatures: score coreference "
+                "by name from the possessive before the signature");
 }
 
 }  // namespace
@@ -102,6 +107,7 @@ void add_demo(CLI::App& app) {
     bool retrain = false;
   };
   auto a = std::make_shared<Args>();
+  a->signatures = inspect::demo_recipe().corpus.signatures;  // the bundled model's corpus
   auto* cmd = app.add_subcommand(
       "demo",
       "Which head links \"she\" to \"Maria\", which ones can go: the bundled model analysed");

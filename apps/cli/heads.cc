@@ -19,6 +19,7 @@ struct DataArgs {
   int64_t sequences = 32;
   int threads = 0;
   bool json = false;
+  bool signatures = false;
   // The checkpoint, its tokenizer and the evaluation sequences of the corpus.
   struct Loaded {
     train::LoadedModel model;
@@ -29,7 +30,8 @@ struct DataArgs {
     train::LoadedModel m = train::load_model(path);
     Loaded out{std::move(m), nullptr, {}};
     out.tokenizer = out.model.tokenizer ? &*out.model.tokenizer : nullptr;
-    out.data = inspect::corpus_dataset(out.model.model.config(), out.tokenizer, corpus, sequences);
+    out.data = inspect::corpus_dataset(out.model.model.config(), out.tokenizer, corpus, sequences,
+                                       0, signatures);
     return out;
   }
   void add(CLI::App* cmd) {
@@ -39,6 +41,9 @@ struct DataArgs {
         ->capture_default_str();
     cmd->add_option("--threads", threads, "Threads (0: all)")->capture_default_str();
     cmd->add_flag("--json", json, "Print JSON");
+    cmd->add_flag("--signatures", signatures,
+                  "Detective stories with signatures (for a model trained with them): evaluation "
+                  "text, and coreference by name scored from the possessive before the signature");
   }
 };
 
@@ -74,6 +79,7 @@ void add_heads(CLI::App& app) {
     ThreadContext ctx(a->threads);
     inspect::RoleOptions o;
     o.text = a->text;
+    o.signatures = a->signatures;
     const auto rows = inspect::head_table(ctx, l.model.model, l.tokenizer, l.data, o);
     if (a->json) {
       fmt::print("{}\n", inspect::head_table_json(rows));

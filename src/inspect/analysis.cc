@@ -16,7 +16,7 @@
 namespace headlight::inspect {
 
 Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokenizer,
-                       const std::string& corpus, int64_t sequences, int64_t seq) {
+                       const std::string& corpus, int64_t sequences, int64_t seq, bool signatures) {
   const model::Tokenizer bytes = model::Tokenizer::byte_level();
   if (!tokenizer) {
     check(c.vocab_size >= 256,
@@ -28,7 +28,7 @@ Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokeni
   const int64_t len = seq > 0 ? seq : c.block_size;
   // Enough validation stories for the sequences asked for (a story is about 230 bytes).
   const int64_t stories = std::max<int64_t>(50, sequences * len / 50);
-  const train::TextSplits text = train::load_text(corpus, 0, stories);
+  const train::TextSplits text = train::load_text(corpus, 0, stories, {.signatures = signatures});
   const auto ids = tokenizer->encode(text.validation);
   return make_dataset(ids, c, len, sequences);
 }

@@ -118,9 +118,10 @@ Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& t
   e.continuation = tokenizer.decode(next);
   e.capture = capture_tokens(ctx, m, &tokenizer, ids);
 
-  const Dataset d = corpus_dataset(m.config(), &tokenizer, o.corpus, o.sequences);
+  const Dataset d = corpus_dataset(m.config(), &tokenizer, o.corpus, o.sequences, 0, o.signatures);
   RoleOptions ro;
   ro.coreference_stories = o.corpus == "detective" ? 200 : 0;
+  ro.signatures = o.signatures;
   e.heads = head_table(ctx, m, &tokenizer, d, ro);
   if (o.curve) e.curve = pruning_curve(ctx, m, d, o.random_seeds);
 

@@ -80,8 +80,11 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
   const int64_t L = c.n_layer, H = c.n_head;
   std::vector<RoleScores> scores(static_cast<size_t>(L * H));
   auto present = [&](int64_t l, int64_t h) { return h < c.heads(l); };
-  const auto stories = train::detective_stories(
-      {train::Split::test, std::max<int64_t>(o.coreference_stories, 1), o.seed});
+  const auto stories =
+      train::detective_stories({.split = train::Split::test,
+                                .stories = std::max<int64_t>(o.coreference_stories, 1),
+                                .seed = o.seed,
+                                .signatures = o.signatures});
 
   // Text scores, averaged over the text (or over the first 8 test stories).
   std::vector<std::vector<int32_t>> texts;
@@ -162,13 +165,19 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
       }
       const Capture cap = capture_tokens(ctx, m, tokenizer, ids);
       for (const train::Reference& ref : st.references) {
+        // Names are scored from the possessive whose continuation needs the antecedent's
+        // identity (its signature) when the story has one, sentences from the one before the
+        // colour.
         const int64_t pronoun = at[static_cast<size_t>(ref.pronoun_offset)];
+        const int64_t identity = ref.signature_pronoun_offset >= 0
+                                     ? at[static_cast<size_t>(ref.signature_pronoun_offset)]
+                                     : pronoun;
         for (int64_t l = 0; l < L; ++l)
           for (int64_t h = 0; h < H; ++h) {
             if (!present(l, h)) continue;
             const float* p = cap.head(l, h);
             const auto i = static_cast<size_t>(l * H + h);
-            by_name[i] += most_attended_mention(p, cap.seq, pronoun, names) == ref.antecedent;
+            by_name[i] += most_attended_mention(p, cap.seq, identity, names) == ref.antecedent;
             by_sentence[i] +=
                 most_attended_mention(p, cap.seq, pronoun, sentences) == ref.antecedent;
           }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -19,6 +20,13 @@ constexpr std::array kWomen = {"Maria", "Anna", "Sophie", "Emma",  "Clara", "Jul
 constexpr std::array kMen = {"John",  "Peter", "David",  "Tom",   "Mark", "Paul",
                              "James", "Oscar", "Victor", "Henry", "Leo",  "Frank"};
 constexpr std::array kAnimals = {"the dog", "the cat", "the parrot", "the fox"};
+// Signatures (CorpusOptions::signatures): kWomen[i] and kMen[i] wear kSignatures[i], kAnimals[i]
+// kAnimalSignatures[i].
+constexpr std::array kSignatures = {"scarf", "hat",    "coat", "shawl", "apron",  "cloak",
+                                    "beret", "jacket", "vest", "boots", "bonnet", "cap"};
+constexpr std::array kAnimalSignatures = {"collar", "bell", "ribbon", "harness"};
+static_assert(kSignatures.size() == kWomen.size() && kSignatures.size() == kMen.size() &&
+              kAnimalSignatures.size() == kAnimals.size());
 constexpr std::array kObjects = {"key",  "map",   "coin", "letter", "book",  "lamp",
                                  "ring", "knife", "box",  "watch",  "photo", "glove"};
 constexpr std::array kColours = {"red",   "blue",   "green",  "yellow", "black",
@@ -49,6 +57,15 @@ const char* possessive(const std::string& pronoun) {
 template <typename A>
 const char* pick(const A& options, Generator& g) {
   return options[g.next_u32() % options.size()];
+}
+
+// The signature of a character of the lists above.
+std::string signature_of(const std::string& name) {
+  for (size_t i = 0; i < kWomen.size(); ++i)
+    if (name == kWomen[i] || name == kMen[i]) return kSignatures[i];
+  for (size_t i = 0; i < kAnimals.size(); ++i)
+    if (name == kAnimals[i]) return kAnimalSignatures[i];
+  fail("signature: unknown character \"{}\"", name);
 }
 
 // Distinct indices into an array of n options.
@@ -169,7 +186,16 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
       ref.pronoun = possessive(ref.subject);
       st.text += r == 0 ? " Later " : std::string(" ") + pick(kThen, g) + " ";
       ref.subject_offset = static_cast<int64_t>(st.text.size());
-      st.text += ref.subject + " " + pick(kEndings, g) + " ";
+      st.text += ref.subject + " ";
+      if (o.signatures) {
+        st.text += "put on ";
+        ref.signature_pronoun_offset = static_cast<int64_t>(st.text.size());
+        ref.signature = signature_of(chars[a].first);
+        st.text += ref.pronoun + " ";
+        ref.signature_offset = static_cast<int64_t>(st.text.size());
+        st.text += ref.signature + " and ";
+      }
+      st.text += std::string(pick(kEndings, g)) + " ";
       ref.pronoun_offset = static_cast<int64_t>(st.text.size());
       st.text += ref.pronoun + " ";
       ref.answer = std::string(kColours[colours[a]]) + " " + kObjects[objects[a]];
@@ -180,7 +206,11 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
     st.text += "\n";
     if (o.drills > 0 && g.uniform() < o.drills) {
       const auto& pool = drill_pool();
-      const auto n = 4 + g.next_u32() % static_cast<uint32_t>(o.drill_words - 3);
+      const auto most = static_cast<double>(o.drill_words);
+      const auto n = static_cast<uint32_t>(
+          o.drill_log_lengths
+              ? std::min(most, std::floor(4.0 * std::pow((most + 1.0) / 4.0, g.uniform())))
+              : 4 + g.next_u32() % static_cast<uint32_t>(o.drill_words - 3));
       std::string words;
       for (uint32_t w = 0; w < n; ++w) words += (w ? " " : "") + pool[g.next_u32() % pool.size()];
       st.text += words + " " + words + "\n";

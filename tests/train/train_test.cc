@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -81,6 +82,39 @@ TEST(Corpus, SeveralReferencesPerStory) {
   testing::expect_error([] { detective_stories({Split::train, 1, 1, 0}); }, {"references"});
 }
 
+TEST(Corpus, SignaturesNeedTheAntecedentsIdentity) {
+  // "Later she put on her scarf and …": each character's signature is the same in every story
+  // (a function of its name) and is not in the story before the reference sentence puts it on.
+  std::map<std::string, std::string> signature_of;
+  std::set<std::string> signatures;
+  for (const Story& s : detective_stories({.split = Split::train,
+                        .stories = 300,
+                        .seed = 7,
+                        .references = 3,
+                        .signatures = true})) {
+    const std::string intro = s.text.substr(0, s.references.front().subject_offset);
+    for (const Reference& r : s.references) {
+      ASSERT_GE(r.signature_pronoun_offset, 0) << s.text;
+      EXPECT_EQ(s.text.substr(r.signature_pronoun_offset, r.pronoun.size() + 1), r.pronoun + " ");
+      EXPECT_EQ(s.text.substr(r.signature_offset, r.signature.size() + 1), r.signature + " ");
+      EXPECT_LT(r.subject_offset, r.signature_pronoun_offset);
+      EXPECT_LT(r.signature_offset, r.pronoun_offset);
+      EXPECT_EQ(intro.find(" " + r.signature), std::string::npos) << s.text;
+      const std::string& name = s.characters[r.antecedent].name;
+      const auto [it, fresh] = signature_of.emplace(name, r.signature);
+      EXPECT_EQ(it->second, r.signature) << name;
+      signatures.insert(r.signature);
+    }
+  }
+  EXPECT_GE(signatures.size(), 14u);
+  // Without them (the default) the reference sentences are as in the example.
+  for (const Story& s :
+       detective_stories({.split = Split::test, .stories = 20, .signatures = false})) {
+    EXPECT_EQ(s.text.find("put on"), std::string::npos);
+    for (const Reference& r : s.references) EXPECT_EQ(r.signature_pronoun_offset, -1);
+  }
+}
+
 TEST(Corpus, RecallLinesRepeatRandomWordsOfTheCorpus) {
   CorpusOptions o{.split = Split::train, .stories = 200, .seed = 3, .references = 3};
   const std::string plain = corpus_text(detective_stories(o));
@@ -116,6 +150,41 @@ TEST(Corpus, RecallLinesRepeatRandomWordsOfTheCorpus) {
   EXPECT_GT(seen.size(), 60u);  // drawn from the whole vocabulary, not only the names
   testing::expect_error([] { detective_stories({.drills = 0.5, .drill_words = 3}); },
                         {"drill_words"});
+}
+
+// The number of words in each recall line (half its words) of the stories.
+std::vector<size_t> recall_lengths(const std::vector<Story>& stories) {
+  std::vector<size_t> out;
+  for (const Story& s : stories) {
+    const size_t nl = s.text.find('\n');
+    if (nl + 1 == s.text.size()) continue;
+    std::istringstream in(s.text.substr(nl + 1));
+    size_t words = 0;
+    for (std::string w; in >> w;) ++words;
+    out.push_back(words / 2);
+  }
+  return out;
+}
+
+TEST(Corpus, RecallLineLengthsUniformOrLogUniform) {
+  CorpusOptions o{
+      .split = Split::train, .stories = 2000, .seed = 9, .drills = 1, .drill_words = 48};
+  // Lines of 4–7 words against lines of 24–48: uniform lengths give about 4 : 25, log-uniform
+  // lengths (a quarter of the log range each way) about 1 : 1.
+  auto ratio = [](const std::vector<size_t>& n) {
+    const auto shortest = std::count_if(n.begin(), n.end(), [](size_t k) { return k < 8; });
+    const auto longest = std::count_if(n.begin(), n.end(), [](size_t k) { return k >= 24; });
+    return static_cast<double>(shortest) / static_cast<double>(longest);
+  };
+  const auto uniform = recall_lengths(detective_stories(o));
+  o.drill_log_lengths = true;
+  const auto log = recall_lengths(detective_stories(o));
+  ASSERT_EQ(log.size(), 2000u);
+  EXPECT_EQ(*std::min_element(log.begin(), log.end()), 4u);
+  EXPECT_EQ(*std::max_element(log.begin(), log.end()), 48u);
+  EXPECT_LT(ratio(uniform), 0.3);
+  EXPECT_GT(ratio(log), 0.6);
+  EXPECT_LT(ratio(log), 1.5);
 }
 
 TEST(Corpus, EchoLinesRepeatARunOfTheStory) {

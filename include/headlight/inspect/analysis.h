@@ -19,9 +19,11 @@ namespace headlight::inspect {
 
 // Evaluation sequences from a corpus ("detective": the validation split; else a text file's last
 // tenth), tokenized with the model's tokenizer (byte-level when it has none and its vocabulary
-// holds bytes).
+// holds bytes). `signatures`: detective stories with signatures (train::CorpusOptions), for a
+// model trained on them.
 Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokenizer,
-                       const std::string& corpus, int64_t sequences, int64_t seq = 0);
+                       const std::string& corpus, int64_t sequences, int64_t seq = 0,
+                       bool signatures = false);
 
 struct HeadRow {
   int64_t layer = 0, head = 0;

@@ -22,6 +22,7 @@ struct ExplainOptions {
   int64_t random_seeds = 5;
   bool curve = true;
   std::string corpus = "detective";
+  bool signatures = false;  // see RoleOptions::signatures
 };
 
 struct Explanation {

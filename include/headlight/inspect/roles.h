@@ -15,10 +15,12 @@
 //                   the query's token (P[n + k, k + 1]); the tokens are drawn from those of the
 //                   model's corpus
 //   coreference     on the detective corpus's test stories: the pronoun's attention summed over
-//                   each character mention's tokens; accuracy = how often the antecedent gets
-//                   the most; the score is that accuracy above chance (1 / number of
-//                   characters), rescaled to [0, 1]: (accuracy − chance) / (1 − chance),
-//                   clipped at 0
+//                   each character mention's tokens (the pronoun: the possessive before the
+//                   answer, or, in stories with signatures, the one before the signature, whose
+//                   continuation needs the antecedent's identity); accuracy = how often the
+//                   antecedent gets the most; the score is that accuracy above chance (1 / number
+//                   of characters), rescaled to [0, 1]: (accuracy − chance) / (1 − chance), clipped
+//                   at 0
 //   coreference_sentence  the same with each character's whole introducing sentence ("Maria
 //                   found a red key in the kitchen.") in place of its name: a head can resolve
 //                   the pronoun by attending to the antecedent's colour or object rather than to
@@ -65,6 +67,9 @@ struct RoleOptions {
   int64_t induction_length = 0;  // tokens per copy (0: min(block_size / 2, 48))
   int64_t coreference_stories = 200;
   uint64_t seed = 1;
+  // Test stories with signatures (train::CorpusOptions::signatures), for a model trained on
+  // them: the name-based coreference is then scored from the possessive before the signature.
+  bool signatures = false;
   // Tokens the induction sequences are drawn from (empty: the whole vocabulary). A model knows only
   // the tokens of its corpus; head_table passes those of its evaluation data.
   std::vector<int32_t> induction_tokens;

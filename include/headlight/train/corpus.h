@@ -8,7 +8,8 @@
 // animal referred to as "it") are introduced, each with an object, a colour and a place (the
 // object and colour first, then the owner's name, in one of three forms); one to three
 // distractor sentences follow; then a sentence refers to one character by pronoun and continues
-// with that character's colour and object. Splits (train,
+// with that character's colour and object (with `signatures`, it first puts on the character's
+// signature: "Later she put on her scarf and opened the door with her red key."). Splits (train,
 // validation, test) draw from separate seeds. Each story records where the pronoun, every name and
 // the answer are (byte offsets into the text, which are token positions under the byte-level
 // tokenizer).
@@ -46,6 +47,11 @@ struct Reference {
   int64_t subject_offset = 0;
   std::string answer;  // "red key": the antecedent's colour and object
   int64_t answer_offset = 0;
+  // With CorpusOptions::signatures: the antecedent's signature ("scarf") after a possessive of
+  // its own ("Later she put on her scarf and opened the door with her red key."); -1 without.
+  std::string signature;
+  int64_t signature_pronoun_offset = -1;  // the possessive before the signature
+  int64_t signature_offset = -1;
 };
 
 struct Story {
@@ -76,11 +82,22 @@ struct CorpusOptions {
   // build on). 0 in the examples.
   double drills = 0.0;
   int64_t drill_words = 10;
+  // How a recall line's length is drawn from [4, drill_words]: uniformly, or log-uniformly (as
+  // many lines of 4–8 words as of 8–16 and of 16–32: short lines to discover copying by, long
+  // ones to carry it over the distance of a long line).
+  bool drill_log_lengths = false;
   // Probability that a story is followed by an echo line: a run of 6 to 20 consecutive words of
   // the story itself, repeated on a line of its own ("door with her red key. Then he hid"). Its
   // first occurrence lies a story's length back (50 to 100 tokens), farther than recall lines'
   // copies, and costs no unpredictable text. 0 in the examples.
   double echoes = 0.0;
+  // Every character of the corpus has a signature, the same in every story and never named in
+  // the story's text: Maria always wears her scarf, John his coat, the dog its collar. With this
+  // on, each reference sentence first puts it on ("Later she put on her scarf and opened the door
+  // with her red key."): predicting "scarf" after "her" needs the antecedent's identity, which
+  // only its name carries, where the colour can be read from the introducing sentence's own
+  // words. It is what teaches a model a head that links the pronoun to the antecedent's name.
+  bool signatures = false;
 };
 
 std::vector<Story> detective_stories(const CorpusOptions& o);
