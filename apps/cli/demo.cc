@@ -21,7 +21,7 @@ namespace {
 
 constexpr const char* kStory =
     "The red key for Maria lay in the kitchen. The blue map for John lay in the garden. Later she "
-    "opened the door with her";
+    "put on her";
 
 struct ExplainArgs {
   std::string report = "demo/report.html";

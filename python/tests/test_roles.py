@@ -72,11 +72,11 @@ def test_coreference_scores_match_an_independent_computation(signatures):
         assert abs(s["coreference_accuracy"] - by_name[h["layer"], h["head"]] / counted) <= 1.01 / counted
         assert abs(s["coreference_sentence_accuracy"]
                    - by_sentence[h["layer"], h["head"]] / counted) <= 1.01 / counted
-    if signatures:
-        return  # the bundled model was not trained on stories with signatures
+    if not signatures:
+        return  # the bundled model was trained on stories with signatures
     # What models/README.md says of the bundled model: it resolves the pronoun (a guess among the
-    # ten colours costs 2.30 nats), through a head that attends to the antecedent's introducing
-    # sentence, not to its name.
+    # ten colours costs 2.30 nats), and a head's top-attended name, from the possessive before the
+    # signature, is the antecedent for at least 90% of the pronouns (the target).
     assert np.mean(answer_nll) < 0.5
     assert by_sentence.max() / counted > 0.8
-    assert by_name.max() / counted < 0.7
+    assert by_name.max() / counted >= 0.9

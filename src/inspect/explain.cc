@@ -81,11 +81,12 @@ DemoRecipe demo_recipe() {
   r.model.block_size = 128;
   r.model.positional = model::Positional::rope;
   r.corpus.references = 3;
-  r.corpus.drills = 0.5;
-  r.corpus.drill_words = 20;
-  r.train.steps = 3200;
+  r.corpus.drills = 0.6;
+  r.corpus.drill_words = 16;
+  r.corpus.signatures = true;
+  r.train.steps = 4000;
   r.train.batch = 16;
-  r.train.schedule = {2e-3f, 1e-4f, 100, 3200};
+  r.train.schedule = {3e-3f, 1e-4f, 100, 4000};
   r.train.eval_every = 800;
   r.train.seed = 1337;
   return r;
