@@ -224,7 +224,10 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
           DecodeCase{{2, 4, 4, 3, 1000, 32, 16}, true, -1, {1000, 700}, 0.0f},
           DecodeCase{{1, 4, 1, 16, 2049, 128, 128}, false, 300, {}, 0.0f},
           DecodeCase{{2, 2, 2, 5, 777, 80, 80}, true, -1, {0, 777}, 30.0f},
-          DecodeCase{{1, 6, 2, 2, 1500, 24, 40}, true, -1, {}, 0.0f}}) {  // packed (Dv 40)
+          DecodeCase{{1, 6, 2, 2, 1500, 24, 40}, true, -1, {}, 0.0f},  // packed (Dv 40)
+          // In place with a head dim that is not a whole number of vectors (the masked last
+          // vector) and 6 rows (a tile of 4, then single rows).
+          DecodeCase{{1, 6, 2, 2, 1100, 20, 16}, false, -1, {}, 0.0f}}) {
       SCOPED_TRACE(::testing::Message() << "Lq " << c.shape.len_q << " Lk " << c.shape.len_kv);
       AttentionOptions o;
       o.causal = c.causal;

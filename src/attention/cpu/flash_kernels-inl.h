@@ -140,8 +140,9 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
 // matters more than the FMA count. Each key row is read front to back, one key at a time, for a
 // register tile of R query rows (the query heads of a GQA group share it): R accumulators, the
 // query vectors reloaded from L1 for every key. A tile of 4 keys × R rows that loads the same
-// vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams,
-// and read K about 20% slower from memory (2-core Zen 4 VM, 2026-12-03, docs/performance.md). The
+// vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams:
+// it read K and V about 25% slower in a stand-alone loop and 5–10% slower in this kernel
+// (2-core Zen 4 VM, 2026-12-03, docs/performance.md). The
 // key rows are also prefetched kDotAhead keys ahead and the value rows of the keys being scored
 // are prefetched for the PvTile that follows the tile's softmax, both into L2 (locality 2:
 // prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use).
