@@ -26,6 +26,7 @@
 
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
+#include "src/attention/cpu/flash_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace headlight {
@@ -34,6 +35,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
+using attention::cpu::kernels::RowPrefetch;
 
 // Calls f.template operator()<R>(r) over blocks of output rows: R = 6 (the register tile's height)
 // while six rows remain, then once with the remainder (1..5).
@@ -113,11 +115,20 @@ void QkTile(const float* q, size_t ldq, size_t rows, const float* kt, size_t ldk
   });
 }
 
+// Prefetches into L2 (locality 2: prefetcht1 on x86).
+constexpr int kToL2 = 2;
+
+// Row c of a RowPrefetch into L2, one prefetch per 16 floats (a 64-byte line).
+HWY_INLINE void PrefetchRow(const RowPrefetch& p, size_t c) {
+  if (c >= p.rows) return;
+  for (size_t x = 0; x < p.width; x += 16) __builtin_prefetch(p.base + c * p.ld + x, 0, kToL2);
+}
+
 #if HWY_HAVE_SCALABLE || HWY_TARGET == HWY_SCALAR
 // Sizeless vectors (SVE/RVV) cannot live in arrays and the scalar target has no lane shuffles:
 // one dot product at a time, each reduced on its own.
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds, const float*, size_t, size_t) {
+             size_t cols, float* s, size_t lds, const RowPrefetch&) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t c = 0; c < cols; ++c)
@@ -145,7 +156,9 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
 // (2-core Zen 4 VM, 2026-12-03, docs/performance.md). The
 // key rows are also prefetched kDotAhead keys ahead and the value rows of the keys being scored
 // are prefetched for the PvTile that follows the tile's softmax, both into L2 (locality 2:
-// prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use).
+// prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use). That PvTile, which
+// reads the values from L2, in turn prefetches the next tile's key rows, so that the memory stays
+// busy while the values are summed (+2–5% of the read bandwidth in paired runs, 2026-12-03).
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
@@ -170,7 +183,6 @@ HWY_INLINE void FoldVectors(DF d, VF* v) {
 // Query rows of the register tile: 4, or fewer where a vector has fewer lanes.
 constexpr size_t kDotRows = HWY_MIN(size_t{4}, hn::MaxLanes(DF()));
 constexpr size_t kDotAhead = 32;  // keys (16 KB at D = 128)
-constexpr int kToL2 = 2;
 
 // s[r] for rows a[0..R) against one key row k; the head dim is kDim, or dim_any when kDim = 0
 // (then a masked last vector). The fixed dims (64, 128) unroll completely.
@@ -211,37 +223,33 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* H
 // for the PvTile that follows).
 template <size_t R, size_t kDim>
 HWY_INLINE void DotRows(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
-                        size_t cols, float* s, size_t lds, const float* next, size_t ldn,
-                        size_t width) {
-  const size_t L = hn::Lanes(DF());
+                        size_t cols, float* s, size_t lds, const RowPrefetch& next) {
   for (size_t c = 0; c < cols; ++c) {
     DotMicro<R, kDim>(a, lda, k + c * ldk, dim, s + c, lds, k + (c + kDotAhead) * ldk);
-    if (next)
-      for (size_t x = 0; x < width; x += L) __builtin_prefetch(next + c * ldn + x, 0, kToL2);
+    PrefetchRow(next, c);
   }
 }
 
 template <size_t R>
 HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
-                              size_t cols, float* s, size_t lds, const float* next, size_t ldn,
-                              size_t width) {
+                              size_t cols, float* s, size_t lds, const RowPrefetch& next) {
   if (dim == 128)
-    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds, next, ldn, width);
+    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds, next);
   else if (dim == 64)
-    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds, next, ldn, width);
+    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds, next);
   else
-    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds, next, ldn, width);
+    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds, next);
 }
 
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds, const float* next, size_t ldn, size_t width) {
+             size_t cols, float* s, size_t lds, const RowPrefetch& next) {
   size_t r = 0;
   for (; r + kDotRows <= rows; r += kDotRows)
     DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
-                            r == 0 ? next : nullptr, ldn, width);
+                            r == 0 ? next : RowPrefetch{});
   for (; r < rows; ++r)
-    DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds, r == 0 ? next : nullptr,
-                     ldn, width);
+    DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
+                     r == 0 ? next : RowPrefetch{});
 }
 #endif
 
@@ -444,11 +452,12 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
 // c[R rows, NV vectors] = α ⊙ c + Σ_k A(r, k) · b[k, NV vectors], the register tile of the
 // products with a broadcast left operand: A(r, k) = a[r·lda + k] (PvTile: O += P·V, dQ += dS·K) or,
 // with kTransposedA, a[k·lda + r] (AccumulateTransposed: dV += P'ᵀ·dO, dK += dSᵀ·Q). b is loaded
-// as vectors; α = 1 when null.
+// as vectors; α = 1 when null. With `pf` non-null, its row k is prefetched at step k.
 template <size_t R, size_t NV, bool kTransposedA>
 HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t inner,
                                 const float* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
-                                size_t ldc, const float* HWY_RESTRICT alpha) {
+                                size_t ldc, const float* HWY_RESTRICT alpha,
+                                const RowPrefetch* pf) {
   const DF d;
   const size_t L = hn::Lanes(d);
   auto a_at = [&](size_t r, size_t k) { return kTransposedA ? a[k * lda + r] : a[r * lda + k]; };
@@ -457,8 +466,10 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
   for (size_t r = 0; r < R; ++r)
     for (size_t x = 0; x < NV; ++x) {
       VF acc = hn::Mul(hn::Set(d, alpha ? alpha[r] : 1.0f), hn::LoadU(d, c + r * ldc + x * L));
-      for (size_t k = 0; k < inner; ++k)
+      for (size_t k = 0; k < inner; ++k) {
+        if (pf && r == 0 && x == 0) PrefetchRow(*pf, k);
         acc = hn::MulAdd(hn::Set(d, a_at(r, k)), hn::LoadU(d, b + k * ldb + x * L), acc);
+      }
       hn::StoreU(acc, d, c + r * ldc + x * L);
     }
 #else
@@ -468,6 +479,7 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
     for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::Mul(al, hn::LoadU(d, c + r * ldc + x * L));
   }
   for (size_t k = 0; k < inner; ++k) {
+    if (pf) PrefetchRow(*pf, k);
     VF bv[NV];
     for (size_t x = 0; x < NV; ++x) bv[x] = hn::LoadU(d, b + k * ldb + x * L);
     for (size_t r = 0; r < R; ++r) {
@@ -481,24 +493,29 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
 }
 
 // The tile over the whole width, four vectors at a time, then one.
+// `pf` goes with the first pass over the inner dimension only.
 template <size_t R, bool kTransposedA>
 HWY_INLINE void AccumulateRows(const float* a, size_t lda, size_t inner, const float* b, size_t ldb,
-                               size_t width, float* c, size_t ldc, const float* alpha) {
+                               size_t width, float* c, size_t ldc, const float* alpha,
+                               const RowPrefetch* pf = nullptr) {
   const size_t L = hn::Lanes(DF());
   size_t x = 0;
   for (; x + 4 * L <= width; x += 4 * L)
-    AccumulateMicro<R, 4, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha);
+    AccumulateMicro<R, 4, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha,
+                                        x == 0 ? pf : nullptr);
   for (; x < width; x += L)
-    AccumulateMicro<R, 1, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha);
+    AccumulateMicro<R, 1, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha,
+                                        x == 0 ? pf : nullptr);
 }
 
 // o[rows, width] = alpha ⊙ o + p[rows, cols] · v[cols, width]; width a multiple of the vector
 // length.
 void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
-            size_t width, float* o, size_t ldo, const float* alpha) {
+            size_t width, float* o, size_t ldo, const float* alpha, const RowPrefetch& next) {
+  const RowPrefetch* pf = next.rows > 0 ? &next : nullptr;
   ForRowBlocks(rows, [&]<size_t R>(size_t r) {
     AccumulateRows<R, false>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo,
-                             alpha ? alpha + r : nullptr);
+                             alpha ? alpha + r : nullptr, r == 0 ? pf : nullptr);
   });
 }
 
