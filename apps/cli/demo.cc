@@ -123,8 +123,10 @@ void add_demo(CLI::App& app) {
       path = "demo/detective.safetensors";
       std::filesystem::create_directories("demo");
       ThreadContext ctx(a->threads);
-      fmt::print(stderr, "retraining: {} steps (models/README.md's recipe)\n",
-                 inspect::demo_recipe().train.steps);
+      fmt::print(stderr,
+                 "retraining: {} steps, then {} fine-tuning steps on longer recall lines "
+                 "(models/README.md's recipe)\n",
+                 inspect::demo_recipe().train.steps, inspect::demo_recipe().finetune.steps);
       const auto res = inspect::train_demo_model(ctx, path, [](const train::StepReport& s) {
         if (s.step % 100 == 0 || s.val_loss)
           fmt::print(stderr, "step {}/{} loss {:.4f}{}\n", s.step, s.steps, s.loss,

@@ -36,6 +36,7 @@ struct TrainArgs {
   int threads = 0;
   bool json = false;
   std::string out = "model.safetensors";
+  std::string init;  // a checkpoint whose weights and tokenizer the run starts from
 };
 
 std::string duration(double seconds) {
@@ -86,9 +87,9 @@ void add_train(CLI::App& app) {
   cmd->add_option("--corpus", a->corpus, "\"detective\" or a text file (last tenth: validation)")
       ->capture_default_str();
   cmd->add_option("--out", a->out, "Checkpoint to write (safetensors)")->capture_default_str();
-  cmd->add_option("--tokenizer", a->tokenizer,
-                  "byte, bpe:VOCAB (learnt from the corpus) or a JSON file")
-      ->capture_default_str();
+  auto* tokenizer = cmd->add_option("--tokenizer", a->tokenizer,
+                                    "byte, bpe:VOCAB (learnt from the corpus) or a JSON file")
+                        ->capture_default_str();
   cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
       ->capture_default_str();
   cmd->add_option("--val-stories", a->val_stories, "Validation stories")->capture_default_str();
@@ -133,9 +134,24 @@ void add_train(CLI::App& app) {
       ->capture_default_str();
   t->add_option("--metrics", a->train.metrics, "JSONL metrics log");
   t->add_flag("--resume", a->train.resume, "Continue from --out and its optimizer state");
+  t->add_option("--init", a->init,
+                "Start from this checkpoint's weights and tokenizer (fine-tuning: a new optimizer "
+                "and schedule; the model options are the checkpoint's)")
+      ->excludes("--resume");
   cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
   cmd->add_flag("--json", a->json, "Print the result as JSON");
-  cmd->callback([a] {
+  cmd->callback([a, m, tokenizer] {
+    // A run that starts from a checkpoint takes its model and tokenizer: options that would
+    // describe another one are an error rather than silently ignored.
+    if (a->train.resume || !a->init.empty()) {
+      std::vector<CLI::Option*> given = m->get_options();
+      given.push_back(tokenizer);
+      for (const CLI::Option* opt : given)
+        check(opt->count() == 0,
+              "{}: the model and tokenizer come from the checkpoint ({}); drop {}",
+              a->train.resume ? "--resume" : "--init", a->train.resume ? a->out : a->init,
+              opt->get_name());
+    }
     model::GPTConfig c = a->model;
     c.positional = model::parse_positional(a->positional);
     c.norm = model::parse_norm(a->norm);
@@ -152,8 +168,8 @@ void add_train(CLI::App& app) {
     o.schedule = {a->lr, a->min_lr, a->warmup, o.steps};
     std::optional<model::GPT> gpt;
     std::optional<model::Tokenizer> tok;
-    if (o.resume) {
-      train::LoadedModel loaded = train::load_model(a->out);
+    if (o.resume || !a->init.empty()) {
+      train::LoadedModel loaded = train::load_model(o.resume ? a->out : a->init);
       gpt.emplace(std::move(loaded.model));
       tok = std::move(loaded.tokenizer);
     } else {

@@ -89,6 +89,12 @@ DemoRecipe demo_recipe() {
   r.train.schedule = {3e-3f, 1e-4f, 100, 4000};
   r.train.eval_every = 800;
   r.train.seed = 1337;
+  r.finetune_corpus = r.corpus;
+  r.finetune_corpus.drill_words = 48;
+  r.finetune = r.train;
+  r.finetune.steps = 800;
+  r.finetune.schedule = {2e-3f, 1e-4f, 50, 800};
+  r.finetune.eval_every = 400;
   return r;
 }
 
@@ -102,8 +108,18 @@ train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
   model::GPT m(c, r.train.seed);
   train::TrainOptions o = r.train;
   o.out = path;
-  return train::train_model(ctx, m, &tok, tok.encode(text.train), tok.encode(text.validation), o,
-                            on_step);
+  train::TrainResult first = train::train_model(ctx, m, &tok, tok.encode(text.train),
+                                                tok.encode(text.validation), o, on_step);
+  if (r.finetune.steps == 0) return first;
+  const train::TextSplits text2 =
+      train::load_text("detective", r.stories, r.val_stories, r.finetune_corpus);
+  o = r.finetune;
+  o.out = path;
+  train::TrainResult second = train::train_model(ctx, m, &tok, tok.encode(text2.train),
+                                                 tok.encode(text2.validation), o, on_step);
+  second.seconds += first.seconds;
+  second.steps += first.steps;
+  return second;
 }
 
 Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,

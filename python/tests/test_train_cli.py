@@ -1,0 +1,76 @@
+"""`headlight train --init`: fine-tuning starts from a checkpoint's weights and tokenizer with a new
+optimizer and schedule (the second stage of the bundled model's recipe), and refuses options that
+would describe another model."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import headlight
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
+SMALL = ["--stories", 200, "--val-stories", 20, "--eval-every", 1000, "--threads", 1]
+MODEL = ["--n-layer", 1, "--n-head", 2, "--n-embd", 32, "--block-size", 32]
+
+
+def train(*args, check=True):
+    return subprocess.run([str(CLI), "train", *map(str, SMALL), *map(str, args)], check=check,
+                          capture_output=True, text=True)
+
+
+def first_losses(metrics):
+    rows = [json.loads(line) for line in Path(metrics).read_text().splitlines()]
+    return [r["loss"] for r in rows if "loss" in r]
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    d = tmp_path_factory.mktemp("init")
+    train(*MODEL, "--tokenizer", "bpe:300", "--steps", 150, "--warmup", 5, "--lr", 1e-2,
+          "--min-lr", 1e-3, "--metrics", d / "base.jsonl", "--out", d / "base.safetensors")
+    return d
+
+
+def test_init_starts_from_the_checkpoint_weights_and_tokenizer(base):
+    out = base / "tuned.safetensors"
+    train("--init", base / "base.safetensors", "--drills", 0.5, "--steps", 10, "--warmup", 5, "--lr", 1e-3,
+          "--metrics", base / "tuned.jsonl", "--out", out)
+    a, b = headlight.GPT.load(str(base / "base.safetensors")), headlight.GPT.load(str(out))
+    assert a.config == b.config
+    text = "The red key for Maria lay in the kitchen."
+    assert a.tokenizer.encode(text) == b.tokenizer.encode(text)
+    assert b.tokenizer.vocab_size > 256  # the BPE tokenizer, not the default bytes
+    tokens = np.array([a.tokenizer.encode(text)], np.int64)
+    la, lb = a.forward(tokens), b.forward(tokens)
+    assert not np.array_equal(la, lb)  # it trained
+    # The fine-tuning's first loss is the base model's level, far below that of the same run
+    # from fresh weights.
+    train(*MODEL, "--tokenizer", "bpe:300", "--drills", 0.5, "--steps", 10, "--warmup", 5,
+          "--lr", 1e-3, "--metrics", base / "fresh.jsonl", "--out", base / "fresh.safetensors")
+    base_losses, tuned = first_losses(base / "base.jsonl"), first_losses(base / "tuned.jsonl")
+    fresh = first_losses(base / "fresh.jsonl")
+    assert tuned[0] < fresh[0] - 1.0
+    assert abs(tuned[0] - base_losses[-1]) < 0.5
+
+
+def test_init_refuses_model_options_and_resume(base):
+    init = ["--init", base / "base.safetensors", "--steps", 2, "--out", base / "x.safetensors"]
+    for extra in (["--n-layer", 2], ["--tokenizer", "byte"], ["--positional", "rope"]):
+        r = train(*init, *extra, check=False)
+        assert r.returncode != 0
+        assert "--init" in r.stderr and extra[0] in r.stderr and "checkpoint" in r.stderr
+    r = train(*init, "--resume", check=False)
+    assert r.returncode != 0 and "--resume" in r.stderr
+    before = (base / "base.safetensors").read_bytes()
+    r = train("--resume", "--n-embd", 64, "--steps", 200, "--out", base / "base.safetensors",
+              check=False)
+    assert r.returncode != 0 and "--resume" in r.stderr and "--n-embd" in r.stderr
+    assert (base / "base.safetensors").read_bytes() == before
+    r = train("--init", base / "missing.safetensors", "--steps", 2, "--out", base / "y.safetensors",
+              check=False)
+    assert r.returncode != 0 and "missing.safetensors" in r.stderr
+    assert not (base / "x.safetensors").exists() and not (base / "y.safetensors").exists()
