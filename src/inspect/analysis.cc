@@ -7,6 +7,8 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -95,16 +97,25 @@ const char* prune_by_name(PruneBy b) {
 
 namespace {
 
-double median_forward_seconds(ThreadContext& ctx, model::GPT& m, const Dataset& d, int64_t runs) {
-  std::vector<double> t;
-  dataset_loss(ctx, m, d);  // warm-up
-  for (int64_t r = 0; r < runs; ++r) {
+// Median seconds of a forward pass over d, for two models timed alternately (a, b, a, b, …) so
+// that a burst of load from a neighbour on a shared machine slows both rather than one.
+std::pair<double, double> paired_forward_seconds(ThreadContext& ctx, model::GPT& a, model::GPT& b,
+                                                 const Dataset& d, int64_t runs) {
+  std::vector<double> ta, tb;
+  auto time = [&](model::GPT& m, std::vector<double>& t) {
     const auto start = std::chrono::steady_clock::now();
     dataset_loss(ctx, m, d);
     t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  };
+  dataset_loss(ctx, a, d);  // warm-up
+  dataset_loss(ctx, b, d);
+  for (int64_t r = 0; r < runs; ++r) {
+    time(a, ta);
+    time(b, tb);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  std::sort(ta.begin(), ta.end());
+  std::sort(tb.begin(), tb.end());
+  return {ta[ta.size() / 2], tb[tb.size() / 2]};
 }
 
 std::vector<double> scores_for(ThreadContext& ctx, model::GPT& m, const Dataset& d, PruneBy by) {
@@ -167,10 +178,10 @@ PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, dou
   }
   std::sort(r.heads_removed.begin(), r.heads_removed.end());
   r.loss_before = dataset_loss(ctx, m, d);
-  r.seconds_before = median_forward_seconds(ctx, m, d, timing_runs);
   r.pruned.emplace(prune_heads(m, r.heads_removed));
   r.loss_after = dataset_loss(ctx, *r.pruned, d);
-  r.seconds_after = median_forward_seconds(ctx, *r.pruned, d, timing_runs);
+  std::tie(r.seconds_before, r.seconds_after) =
+      paired_forward_seconds(ctx, m, *r.pruned, d, timing_runs);
   return r;
 }
 

@@ -92,9 +92,9 @@ DemoRecipe demo_recipe() {
   r.finetune_corpus = r.corpus;
   r.finetune_corpus.drill_words = 48;
   r.finetune = r.train;
-  r.finetune.steps = 800;
-  r.finetune.schedule = {2e-3f, 1e-4f, 50, 800};
-  r.finetune.eval_every = 400;
+  r.finetune.steps = 400;
+  r.finetune.schedule = {2e-3f, 1e-4f, 50, 400};
+  r.finetune.eval_every = 200;
   return r;
 }
 

@@ -56,9 +56,9 @@ struct PruneResult {
 // Removes round(fraction × heads) heads chosen by `by` (importance and ablation: the lowest first,
 // step by step in tenths of the heads with the remaining heads re-scored before each step, as in
 // Michel et al.; random: seeded) and measures loss and forward time on the dataset before and
-// after.
+// after (the median of timing_runs passes of each model, the two timed alternately).
 PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, double fraction,
-                        PruneBy by, uint64_t seed, int64_t timing_runs = 5);
+                        PruneBy by, uint64_t seed, int64_t timing_runs = 9);
 
 struct CurvePoint {
   std::string method;
