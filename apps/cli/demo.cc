@@ -107,7 +107,7 @@ void add_demo(CLI::App& app) {
     bool retrain = false;
   };
   auto a = std::make_shared<Args>();
-  a->signatures = inspect::demo_recipe().corpus.signatures;  // the bundled model's corpus
+  a->signatures = inspect::demo_recipe().stages.back().corpus.signatures;  // the model's corpus
   auto* cmd = app.add_subcommand(
       "demo",
       "Which head links \"she\" to \"Maria\", which ones can go: the bundled model analysed");
@@ -123,10 +123,9 @@ void add_demo(CLI::App& app) {
       path = "demo/detective.safetensors";
       std::filesystem::create_directories("demo");
       ThreadContext ctx(a->threads);
-      fmt::print(stderr,
-                 "retraining: {} steps, then {} fine-tuning steps on longer recall lines "
-                 "(models/README.md's recipe)\n",
-                 inspect::demo_recipe().train.steps, inspect::demo_recipe().finetune.steps);
+      const inspect::DemoRecipe recipe = inspect::demo_recipe();
+      fmt::print(stderr, "retraining: {} stages, {} steps (models/README.md's recipe)\n",
+                 recipe.stages.size(), recipe.total_steps());
       const auto res = inspect::train_demo_model(ctx, path, [](const train::StepReport& s) {
         if (s.step % 100 == 0 || s.val_loss)
           fmt::print(stderr, "step {}/{} loss {:.4f}{}\n", s.step, s.steps, s.loss,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <optional>
 #include <set>
 #include <string_view>
 
@@ -80,46 +81,59 @@ DemoRecipe demo_recipe() {
   r.model.n_embd = 128;
   r.model.block_size = 128;
   r.model.positional = model::Positional::rope;
-  r.corpus.references = 3;
-  r.corpus.drills = 0.6;
-  r.corpus.drill_words = 16;
-  r.corpus.signatures = true;
-  r.train.steps = 4000;
-  r.train.batch = 16;
-  r.train.schedule = {3e-3f, 1e-4f, 100, 4000};
-  r.train.eval_every = 800;
-  r.train.seed = 1337;
-  r.finetune_corpus = r.corpus;
-  r.finetune_corpus.drill_words = 48;
-  r.finetune = r.train;
-  r.finetune.steps = 400;
-  r.finetune.schedule = {2e-3f, 1e-4f, 50, 400};
-  r.finetune.eval_every = 200;
+  train::CorpusOptions corpus;
+  corpus.references = 3;
+  corpus.drills = 0.6;
+  corpus.drill_words = 16;
+  corpus.signatures = true;
+  train::TrainOptions t;
+  t.batch = 16;
+  t.seed = 1337;
+  t.steps = 4000;
+  t.schedule = {3e-3f, 1e-4f, 100, t.steps};
+  t.eval_every = 800;
+  r.stages.push_back({corpus, t});
+  corpus.drill_words = 48;
+  t.steps = 400;
+  t.schedule = {2e-3f, 1e-4f, 50, t.steps};
+  t.eval_every = 200;
+  r.stages.push_back({corpus, t});
   return r;
+}
+
+int64_t DemoRecipe::total_steps() const {
+  int64_t n = 0;
+  for (const DemoStage& s : stages) n += s.train.steps;
+  return n;
 }
 
 train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
                                     const std::function<void(const train::StepReport&)>& on_step) {
   const DemoRecipe r = demo_recipe();
-  const train::TextSplits text = train::load_text("detective", r.stories, r.val_stories, r.corpus);
-  const model::Tokenizer tok = model::Tokenizer::train_bpe(text.train, r.bpe_vocab);
-  model::GPTConfig c = r.model;
-  c.vocab_size = tok.vocab_size();
-  model::GPT m(c, r.train.seed);
-  train::TrainOptions o = r.train;
-  o.out = path;
-  train::TrainResult first = train::train_model(ctx, m, &tok, tok.encode(text.train),
-                                                tok.encode(text.validation), o, on_step);
-  if (r.finetune.steps == 0) return first;
-  const train::TextSplits text2 =
-      train::load_text("detective", r.stories, r.val_stories, r.finetune_corpus);
-  o = r.finetune;
-  o.out = path;
-  train::TrainResult second = train::train_model(ctx, m, &tok, tok.encode(text2.train),
-                                                 tok.encode(text2.validation), o, on_step);
-  second.seconds += first.seconds;
-  second.steps += first.steps;
-  return second;
+  check(!r.stages.empty(), "demo recipe: no stages");
+  std::optional<model::Tokenizer> tok;
+  std::optional<model::GPT> m;
+  train::TrainResult total;
+  for (const DemoStage& stage : r.stages) {
+    const train::TextSplits text =
+        train::load_text("detective", r.stories, r.val_stories, stage.corpus);
+    if (!m) {
+      tok.emplace(model::Tokenizer::train_bpe(text.train, r.bpe_vocab));
+      model::GPTConfig c = r.model;
+      c.vocab_size = tok->vocab_size();
+      m.emplace(c, stage.train.seed);
+    }
+    train::TrainOptions o = stage.train;
+    o.out = path;
+    const train::TrainResult res = train::train_model(ctx, *m, &*tok, tok->encode(text.train),
+                                                      tok->encode(text.validation), o, on_step);
+    const double seconds = total.seconds + res.seconds;
+    const int64_t steps = total.steps + res.steps;
+    total = res;
+    total.seconds = seconds;
+    total.steps = steps;
+  }
+  return total;
 }
 
 Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,

@@ -37,26 +37,29 @@ struct Explanation {
   std::vector<std::string> summary;
 };
 
-// The recipe of the bundled demo model (models/README.md; `headlight demo --retrain`), in two
-// stages. The first trains from scratch on stories with short recall lines (≤ 16 words), which
-// is how the previous-token head, short-range induction and the pronoun circuit form within the
-// budget (longer lines from the start swamp the stories with unpredictable first copies and
-// nothing is learnt). The second fine-tunes those weights, with a new optimizer and schedule, on
-// recall lines of up to 48 words, which stretches the induction heads to the 48-token copies the
-// induction score measures (docs/heads.md, "Two stages").
+// The recipe of the bundled demo model (models/README.md; `headlight demo --retrain`): stages,
+// each training the previous one's weights with a new optimizer and schedule on the detective
+// corpus with its own options (docs/heads.md, "Two stages"):
+//   1. from scratch, recall lines of 4–16 random words after 60% of the stories: the
+//      previous-token head, short-range induction and the pronoun circuit (signatures) form;
+//   2. recall lines of up to 48 words: the induction heads stretch to the 48-token copies the
+//      induction score measures (such lines from the start swamp the stories with unpredictable
+//      first copies and nothing is learnt).
+struct DemoStage {
+  train::CorpusOptions corpus;  // the detective corpus's seed, references and recall lines
+  train::TrainOptions train;
+};
 struct DemoRecipe {
   model::GPTConfig model;  // vocab_size is set from the tokenizer
   int64_t bpe_vocab = 1024;
   int64_t stories = 20000, val_stories = 500;
-  train::CorpusOptions corpus;  // the detective corpus's seed, references and recall lines
-  train::TrainOptions train;
-  train::CorpusOptions finetune_corpus;  // the second stage's corpus
-  train::TrainOptions finetune;          // the second stage (steps = 0: none)
+  std::vector<DemoStage> stages;
+  int64_t total_steps() const;
 };
 DemoRecipe demo_recipe();
 // Trains the demo model from scratch with demo_recipe() (BPE tokenizer learnt from the first
-// stage's training stories, kept for the second) and writes it to `path`. The result is the
-// second stage's, with `seconds` and `steps` summed over both.
+// stage's training stories, kept for the others) and writes it to `path`. The result is the last
+// stage's, with `seconds` and `steps` summed over all.
 train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
                                     const std::function<void(const train::StepReport&)>& on_step);
 
