@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <span>
 #include <tuple>
 #include <utility>
 
@@ -35,17 +36,26 @@ Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokeni
   return make_dataset(ids, c, len, sequences);
 }
 
+namespace {
+
+// The tokens that occur in `ids`, sorted: what the induction sequences are drawn from, so that a
+// model is tested on tokens its corpus has (a BPE vocabulary also holds bytes it never saw).
+std::vector<int32_t> distinct_tokens(std::span<const int32_t> ids) {
+  std::vector<int32_t> seen(ids.begin(), ids.end());
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  return seen;
+}
+
+}  // namespace
+
 std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
                                 const model::Tokenizer* tokenizer, const Dataset& d,
                                 const RoleOptions& o) {
   const auto& c = m.config();
   RoleOptions with_tokens = o;
-  if (with_tokens.induction_tokens.empty()) {
-    std::vector<int32_t> seen(d.tokens.begin(), d.tokens.end());
-    std::sort(seen.begin(), seen.end());
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    with_tokens.induction_tokens = seen;
-  }
+  if (with_tokens.induction_tokens.empty())
+    with_tokens.induction_tokens = distinct_tokens(d.tokens);
   const auto scores = score_heads(ctx, m, tokenizer, with_tokens);
   const auto grad = gradient_importance(ctx, m, d);
   const auto abl = ablation_importance(ctx, m, d);
@@ -240,8 +250,12 @@ std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& bas
     row.val_loss = r.val_loss;
     row.tokens_per_second = r.tokens_per_second;
     row.seconds = r.seconds;
+    // Scored as `heads` scores the corpus's models: induction on the tokens of its text, and
+    // coreference by name from the signature's possessive when the stories have signatures.
     RoleOptions ro;
     ro.coreference_stories = so.corpus == "detective" ? 100 : 0;
+    ro.signatures = so.shape.signatures;
+    ro.induction_tokens = distinct_tokens(val_ids);
     for (const RoleScores& s : score_heads(ctx, m, &tokenizer, ro)) {
       row.best.previous_token = std::max(row.best.previous_token, s.previous_token);
       row.best.previous_token_text = std::max(row.best.previous_token_text, s.previous_token_text);

@@ -195,5 +195,34 @@ TEST(Prune, HeadsToRemoveFollowsScoresOrSeed) {
   EXPECT_NE(heads_to_remove(c, {}, 4, 7), heads_to_remove(c, {}, 4, 8));
 }
 
+TEST(Sweep, OneTrainedModelPerHeadCountWithItsScores) {
+  ThreadContext ctx(2);
+  model::GPTConfig base = config();
+  base.block_size = 64;
+  SweepOptions so;
+  so.heads = {1, 4};
+  so.stories = 60;
+  so.shape.signatures = true;
+  so.train.steps = 3;
+  so.train.batch = 2;
+  so.train.eval_every = 3;
+  so.train.eval_batches = 1;
+  const model::Tokenizer tok = model::Tokenizer::byte_level();
+  const auto rows = head_sweep(ctx, base, tok, so);
+  ASSERT_EQ(rows.size(), 2u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(rows[i].heads, so.heads[i]);
+    EXPECT_TRUE(std::isfinite(rows[i].val_loss) && rows[i].val_loss > 0);
+    EXPECT_GT(rows[i].tokens_per_second, 0);
+    for (double x : {rows[i].best.previous_token, rows[i].best.induction, rows[i].best.coreference,
+                     rows[i].best.local}) {
+      EXPECT_GE(x, 0.0);
+      EXPECT_LE(x, 1.0);
+    }
+  }
+  so.heads = {3};  // 32 is not divisible by 3
+  testing::expect_error([&] { head_sweep(ctx, base, tok, so); }, {"heads", "3"});
+}
+
 }  // namespace
 }  // namespace headlight::inspect
