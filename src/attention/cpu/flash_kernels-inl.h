@@ -218,9 +218,8 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* H
   }
 }
 
-// One key at a time for a block of R rows. With `next` non-null, the rows next[c·ldn ..
-// c·ldn + width) of the same keys are prefetched as their scores are computed (the value rows,
-// for the PvTile that follows).
+// One key at a time for a block of R rows; `next`'s row c (the value row of key c, for the PvTile
+// that follows) is prefetched as key c is scored.
 template <size_t R, size_t kDim>
 HWY_INLINE void DotRows(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
                         size_t cols, float* s, size_t lds, const RowPrefetch& next) {
