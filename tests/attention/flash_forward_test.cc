@@ -223,6 +223,9 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
          {DecodeCase{{1, 8, 2, 1, 4097, 64, 64}, true, -1, {}, 0.0f},
           DecodeCase{{2, 4, 4, 3, 1000, 32, 16}, true, -1, {1000, 700}, 0.0f},
           DecodeCase{{1, 4, 1, 16, 2049, 128, 128}, false, 300, {}, 0.0f},
+          // Value rows of 128 (read whole by PvStreamTile on AVX-512) for an odd number of rows
+          // (3 query heads of one group: a pass of two rows, then one).
+          DecodeCase{{1, 3, 1, 1, 1300, 128, 128}, false, -1, {}, 0.0f},
           DecodeCase{{2, 2, 2, 5, 777, 80, 80}, true, -1, {0, 777}, 30.0f},
           DecodeCase{{1, 6, 2, 2, 1500, 24, 40}, true, -1, {}, 0.0f},  // packed (Dv 40)
           // In place with a head dim that is not a whole number of vectors (the masked last

@@ -101,17 +101,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       // Keys and values in place (decode): the rows of every head of the group form one tile,
       // so each key and value row is read once for the whole group.
       const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
-      // The memory stays busy through both halves of the tile: the value rows are prefetched
-      // while the keys are scored, the next tile's key rows while the values are summed.
-      const int64_t next_cols = std::min(kBlockKeys, j_end - (j0 + kBlockKeys));
-      const kernels::RowPrefetch values{v, static_cast<size_t>(ldv), static_cast<size_t>(cols),
-                                        static_cast<size_t>(sh.value_dim)};
-      const kernels::RowPrefetch next_keys{next_cols > 0 ? p.k.at(b, g, j0 + kBlockKeys) : nullptr,
-                                           static_cast<size_t>(p.k.row_stride),
-                                           static_cast<size_t>(std::max<int64_t>(next_cols, 0)),
-                                           static_cast<size_t>(D)};
-      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad,
-                        values);
+      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad);
       if (o.softcap > 0) kernels::softcap_tile(w.s, gr, cols_pad, plan.bc_pad, o.softcap);
       for (int64_t hg = 0; hg < G; ++hg)
         apply_element_masks(p, {b, g * G + hg, i0, rows, j0, cols, partial}, cols_pad,
@@ -125,8 +115,8 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         for (int64_t hg = 0; hg < G; ++hg)
           apply_dropout(p, {b, g * G + hg, i0, rows, j0, cols, partial},
                         w.s + hg * rows * plan.bc_pad, plan.bc_pad);
-      kernels::pv_tile(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad, w.alpha,
-                       next_keys);
+      kernels::pv_stream_tile(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad,
+                              w.alpha);
       continue;
     }
     for (int64_t hg = 0; hg < G; ++hg) {

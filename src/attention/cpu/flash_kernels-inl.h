@@ -35,7 +35,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-using attention::cpu::kernels::RowPrefetch;
 
 // Calls f.template operator()<R>(r) over blocks of output rows: R = 6 (the register tile's height)
 // while six rows remain, then once with the remainder (1..5).
@@ -118,17 +117,11 @@ void QkTile(const float* q, size_t ldq, size_t rows, const float* kt, size_t ldk
 // Prefetches into L2 (locality 2: prefetcht1 on x86).
 constexpr int kToL2 = 2;
 
-// Row c of a RowPrefetch into L2, one prefetch per 16 floats (a 64-byte line).
-HWY_INLINE void PrefetchRow(const RowPrefetch& p, size_t c) {
-  if (c >= p.rows) return;
-  for (size_t x = 0; x < p.width; x += 16) __builtin_prefetch(p.base + c * p.ld + x, 0, kToL2);
-}
-
 #if HWY_HAVE_SCALABLE || HWY_TARGET == HWY_SCALAR
 // Sizeless vectors (SVE/RVV) cannot live in arrays and the scalar target has no lane shuffles:
 // one dot product at a time, each reduced on its own.
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds, const RowPrefetch&) {
+             size_t cols, float* s, size_t lds) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t c = 0; c < cols; ++c)
@@ -154,11 +147,10 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
 // vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams:
 // it read K and V about 25% slower in a stand-alone loop and 5–10% slower in this kernel
 // (2-core Zen 4 VM, 2026-12-03, docs/performance.md). The
-// key rows are also prefetched kDotAhead keys ahead and the value rows of the keys being scored
-// are prefetched for the PvTile that follows the tile's softmax, both into L2 (locality 2:
-// prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use). That PvTile, which
-// reads the values from L2, in turn prefetches the next tile's key rows, so that the memory stays
-// busy while the values are summed (+2–5% of the read bandwidth in paired runs, 2026-12-03).
+// key rows are also prefetched kDotAhead keys ahead into L2 (locality 2: prefetcht1 on x86; a
+// whole tile ahead into L1 would evict the lines in use): +1–3 points over none. The value rows are
+// not prefetched: PvStreamTile reads them in address order, which the hardware prefetchers follow,
+// and software prefetches of them as well cost 5–10 points of the read bandwidth.
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
@@ -218,37 +210,31 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* H
   }
 }
 
-// One key at a time for a block of R rows; `next`'s row c (the value row of key c, for the PvTile
-// that follows) is prefetched as key c is scored.
+// One key at a time for a block of R rows.
 template <size_t R, size_t kDim>
 HWY_INLINE void DotRows(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
-                        size_t cols, float* s, size_t lds, const RowPrefetch& next) {
-  for (size_t c = 0; c < cols; ++c) {
+                        size_t cols, float* s, size_t lds) {
+  for (size_t c = 0; c < cols; ++c)
     DotMicro<R, kDim>(a, lda, k + c * ldk, dim, s + c, lds, k + (c + kDotAhead) * ldk);
-    PrefetchRow(next, c);
-  }
 }
 
 template <size_t R>
 HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
-                              size_t cols, float* s, size_t lds, const RowPrefetch& next) {
+                              size_t cols, float* s, size_t lds) {
   if (dim == 128)
-    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds, next);
+    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds);
   else if (dim == 64)
-    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds, next);
+    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds);
   else
-    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds, next);
+    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds);
 }
 
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds, const RowPrefetch& next) {
+             size_t cols, float* s, size_t lds) {
   size_t r = 0;
   for (; r + kDotRows <= rows; r += kDotRows)
-    DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
-                            r == 0 ? next : RowPrefetch{});
-  for (; r < rows; ++r)
-    DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
-                     r == 0 ? next : RowPrefetch{});
+    DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds);
+  for (; r < rows; ++r) DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds);
 }
 #endif
 
@@ -451,12 +437,11 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
 // c[R rows, NV vectors] = α ⊙ c + Σ_k A(r, k) · b[k, NV vectors], the register tile of the
 // products with a broadcast left operand: A(r, k) = a[r·lda + k] (PvTile: O += P·V, dQ += dS·K) or,
 // with kTransposedA, a[k·lda + r] (AccumulateTransposed: dV += P'ᵀ·dO, dK += dSᵀ·Q). b is loaded
-// as vectors; α = 1 when null. With `pf` non-null, its row k is prefetched at step k.
+// as vectors; α = 1 when null.
 template <size_t R, size_t NV, bool kTransposedA>
 HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t inner,
                                 const float* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
-                                size_t ldc, const float* HWY_RESTRICT alpha,
-                                const RowPrefetch* pf) {
+                                size_t ldc, const float* HWY_RESTRICT alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
   auto a_at = [&](size_t r, size_t k) { return kTransposedA ? a[k * lda + r] : a[r * lda + k]; };
@@ -465,10 +450,8 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
   for (size_t r = 0; r < R; ++r)
     for (size_t x = 0; x < NV; ++x) {
       VF acc = hn::Mul(hn::Set(d, alpha ? alpha[r] : 1.0f), hn::LoadU(d, c + r * ldc + x * L));
-      for (size_t k = 0; k < inner; ++k) {
-        if (pf && r == 0 && x == 0) PrefetchRow(*pf, k);
+      for (size_t k = 0; k < inner; ++k)
         acc = hn::MulAdd(hn::Set(d, a_at(r, k)), hn::LoadU(d, b + k * ldb + x * L), acc);
-      }
       hn::StoreU(acc, d, c + r * ldc + x * L);
     }
 #else
@@ -478,7 +461,6 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
     for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::Mul(al, hn::LoadU(d, c + r * ldc + x * L));
   }
   for (size_t k = 0; k < inner; ++k) {
-    if (pf) PrefetchRow(*pf, k);
     VF bv[NV];
     for (size_t x = 0; x < NV; ++x) bv[x] = hn::LoadU(d, b + k * ldb + x * L);
     for (size_t r = 0; r < R; ++r) {
@@ -492,30 +474,53 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
 }
 
 // The tile over the whole width, four vectors at a time, then one.
-// `pf` goes with the first pass over the inner dimension only.
 template <size_t R, bool kTransposedA>
 HWY_INLINE void AccumulateRows(const float* a, size_t lda, size_t inner, const float* b, size_t ldb,
-                               size_t width, float* c, size_t ldc, const float* alpha,
-                               const RowPrefetch* pf = nullptr) {
+                               size_t width, float* c, size_t ldc, const float* alpha) {
   const size_t L = hn::Lanes(DF());
   size_t x = 0;
   for (; x + 4 * L <= width; x += 4 * L)
-    AccumulateMicro<R, 4, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha,
-                                        x == 0 ? pf : nullptr);
+    AccumulateMicro<R, 4, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha);
   for (; x < width; x += L)
-    AccumulateMicro<R, 1, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha,
-                                        x == 0 ? pf : nullptr);
+    AccumulateMicro<R, 1, kTransposedA>(a, lda, inner, b + x, ldb, c + x, ldc, alpha);
 }
 
 // o[rows, width] = alpha ⊙ o + p[rows, cols] · v[cols, width]; width a multiple of the vector
 // length.
 void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
-            size_t width, float* o, size_t ldo, const float* alpha, const RowPrefetch& next) {
-  const RowPrefetch* pf = next.rows > 0 ? &next : nullptr;
+            size_t width, float* o, size_t ldo, const float* alpha) {
   ForRowBlocks(rows, [&]<size_t R>(size_t r) {
     AccumulateRows<R, false>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo,
-                             alpha ? alpha + r : nullptr, r == 0 ? pf : nullptr);
+                             alpha ? alpha + r : nullptr);
   });
+}
+
+// PvTile for value rows read from memory where they lie (decode). PvTile's register tile spans
+// 4 vectors of the width, so at D = 128 on AVX-512 (8 vectors) it passes over the keys twice,
+// reading the first half of every value row, then the second: two interleaved strided streams
+// that the hardware prefetchers follow poorly (software prefetch of the value rows while the keys
+// were scored made up part of it). Here each pass covers whole value rows when they are 8 vectors
+// wide, for kStreamRows rows at a time (their accumulators and a value row fill the registers),
+// so the first pass reads V front to back in address order and the later passes find it in L2.
+// On the 2-core Zen 4 VM (2026-12-03, docs/performance.md) that read K and V at 0.82–0.84 of the
+// read bandwidth against 0.70–0.80 for PvTile with the prefetches; with V in L2 it is about 15%
+// slower than PvTile (two FMAs per value load instead of four), so only decode uses it.
+void PvStreamTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
+                  size_t width, float* o, size_t ldo, const float* alpha) {
+#if HWY_HAVE_SCALABLE
+  PvTile(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+#else
+  constexpr size_t L = hn::MaxLanes(DF());
+  constexpr size_t kStreamRows = L >= 16 ? 2 : 1;  // 16 or 8 accumulators
+  if (width != 8 * L) return PvTile(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+  size_t r = 0;
+  for (; r + kStreamRows <= rows; r += kStreamRows)
+    AccumulateMicro<kStreamRows, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
+                                           alpha ? alpha + r : nullptr);
+  for (; r < rows; ++r)
+    AccumulateMicro<1, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
+                                 alpha ? alpha + r : nullptr);
+#endif
 }
 
 // s[r, c] ← exp(s[r, c] − lse[r]): exact probabilities from the saved log-sum-exp. Rows whose lse

@@ -18,6 +18,7 @@ HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftcapTile);
 HWY_EXPORT(SoftmaxRows);
 HWY_EXPORT(PvTile);
+HWY_EXPORT(PvStreamTile);
 HWY_EXPORT(ExpShiftRows);
 HWY_EXPORT(FloatLanes);
 HWY_EXPORT(AccumulateTransposed);
@@ -33,8 +34,8 @@ void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ld
 }
 
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds, const RowPrefetch& next) {
-  HWY_DYNAMIC_DISPATCH(DotTile)(a, lda, rows, k, ldk, dim, cols, s, lds, next);
+              size_t cols, float* s, size_t lds) {
+  HWY_DYNAMIC_DISPATCH(DotTile)(a, lda, rows, k, ldk, dim, cols, s, lds);
 }
 
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
@@ -47,8 +48,13 @@ void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, floa
 }
 
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
-             size_t width, float* o, size_t ldo, const float* alpha, const RowPrefetch& next) {
-  HWY_DYNAMIC_DISPATCH(PvTile)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha, next);
+             size_t width, float* o, size_t ldo, const float* alpha) {
+  HWY_DYNAMIC_DISPATCH(PvTile)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+}
+
+void pv_stream_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v,
+                    size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
+  HWY_DYNAMIC_DISPATCH(PvStreamTile)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse) {

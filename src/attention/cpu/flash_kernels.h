@@ -9,22 +9,13 @@
 
 namespace headlight::attention::cpu::kernels {
 
-// Rows to prefetch into L2 while a tile is computed, one row per key of the tile (decode reads
-// keys and values in place and keeps the memory busy this way): base[c·ld .. c·ld + width) for
-// c < rows. rows = 0: none.
-struct RowPrefetch {
-  const float* base = nullptr;
-  size_t ld = 0, rows = 0, width = 0;
-};
-
 // s[rows, cols] = a[rows, dim] (leading dim lda) · bt[dim, cols] (leading dim ldb); cols a
 // multiple of the vector length.
 void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ldb, size_t dim,
              size_t cols, float* s, size_t lds);
 // s[r, c] = a[r, :] · k[c·ldk, :] for c < cols (any cols and dim): scores from key rows in place.
-// `next`: rows prefetched as the keys are scored (the value rows the following pv_tile reads).
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds, const RowPrefetch& next = {});
+              size_t cols, float* s, size_t lds);
 // s ← cap · tanh(s / cap).
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // The online softmax of a tile: updates m and the per-lane sums l [rows, lanes], writes α and
@@ -32,10 +23,13 @@ void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // statistics documented there (argmax is a column of this tile, −1 when the maximum did not move).
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
                   float* ent = nullptr, int32_t* argmax = nullptr);
-// o[rows, width] = α ⊙ o + p[rows, cols] · v[cols, width] (α null: o += p · v). `next`: rows
-// prefetched as the value rows are read (decode: the next tile's key rows).
+// o[rows, width] = α ⊙ o + p[rows, cols] · v[cols, width] (α null: o += p · v).
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
-             size_t width, float* o, size_t ldo, const float* alpha, const RowPrefetch& next = {});
+             size_t width, float* o, size_t ldo, const float* alpha);
+// pv_tile for value rows read from memory where they lie (decode): each value row is read whole,
+// in address order, in the first pass over the keys (see PvStreamTile).
+void pv_stream_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v,
+                    size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 // s[r, :] ← exp(s[r, :] − lse[r]) (0 for lse = −inf, NaN for lse = NaN).
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse);
 // c[cols, width] += a[rows, cols]ᵀ · b[rows, width]; width a multiple of the vector length.
