@@ -9,6 +9,12 @@ clipping. headlight trains through `headlight train` (its own loop, evaluation o
 an eager nanoGPT-style model (F.scaled_dot_product_attention, is_causal) on the same detective
 corpus, and with torch.compile when --compile is given and it works here. Rounds alternate between
 the two, and the table gives the median tokens/s of each and the ratio.
+
+It also prints what the machine allows: the FLOPs of a training step from explicit formulas (the
+dense products 6·P·tokens, P the weights of the products: 12·n_embd² per layer and the tied
+lm_head's vocab·n_embd; causal attention 2·B·T²·n_embd per layer forward, 2.5× that backward),
+the FP32 FMA peak measured by `headlight bench peak` in the same run, and so the most tokens/s any
+trainer could reach here, as a multiple of each measured trainer's.
 """
 
 import argparse
@@ -108,6 +114,22 @@ def headlight_tokens_per_second(steps, threads):
     return json.loads(out.stdout)["tokens_per_second"]
 
 
+def step_flops():
+    """FLOPs of one training step: dense products (forward 2·P, backward 4·P per token) and the
+    causal attention (forward 4·B·H·T·T·D / 2 = 2·B·T²·n_embd per layer, backward 2.5× that)."""
+    tokens = BATCH * BLOCK
+    product_weights = N_LAYER * 12 * N_EMBD * N_EMBD + VOCAB * N_EMBD
+    products = 6 * product_weights * tokens
+    attention = 3.5 * N_LAYER * 2 * BATCH * BLOCK * BLOCK * N_EMBD
+    return products, attention
+
+
+def fma_peak(threads):
+    out = subprocess.run([str(CLI), "bench", "peak", "--threads", str(threads), "--json"],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["peak_gflops"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -117,6 +139,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = corpus_tokens()
+    peaks = [fma_peak(args.threads)]
     rows = {"headlight": [], "PyTorch eager": []}
     if args.compile:
         rows["PyTorch torch.compile"] = []
@@ -130,6 +153,7 @@ def main():
                 print(f"torch.compile failed here: {type(e).__name__}: {e}")
                 del rows["PyTorch torch.compile"]
                 args.compile = False
+    peaks.append(fma_peak(args.threads))
     base = statistics.median(rows["headlight"])
     print(f"\nTraining {N_LAYER} layers × {N_HEAD} heads, n_embd {N_EMBD}, block {BLOCK}, batch "
           f"{BATCH}, {args.threads} threads, {args.steps} steps per round, {args.rounds} rounds "
@@ -139,6 +163,21 @@ def main():
     for name, values in rows.items():
         med = statistics.median(values)
         print(f"| {name} | {med:,.0f} | {base / med:.2f}× |")
+    products, attention = step_flops()
+    peak = max(peaks)
+    floor_s = (products + attention) / (peak * 1e9)
+    ceiling = BATCH * BLOCK / floor_s
+    print(f"\nWhat the machine allows: a step is {products / 1e9:.2f} GFLOP of dense products and "
+          f"{attention / 1e9:.2f} GFLOP of attention; at the FP32 FMA peak measured in this run "
+          f"({peak:.1f} GFLOP/s on {args.threads} threads; probes "
+          f"{', '.join(f'{p:.1f}' for p in peaks)}) it takes at least {floor_s * 1e3:.1f} ms, so no "
+          f"trainer can pass {ceiling:,.0f} tokens/s here.\n")
+    print("| trainer | fraction of the FMA peak over the whole step | the most any trainer could "
+          "reach ÷ it |")
+    print("|---|---:|---:|")
+    for name, values in rows.items():
+        med = statistics.median(values)
+        print(f"| {name} | {med / ceiling:.3f} | {ceiling / med:.2f}× |")
 
 
 if __name__ == "__main__":
