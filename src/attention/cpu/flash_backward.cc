@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "headlight/core/cpu_info.h"
@@ -64,14 +65,13 @@ void pack_backward_block(const AttentionParams& p, const BackwardPlan& bp, int64
   float* kt = dst;
   float* kn = kt + D * bc;
   float* vt = kn + bc * bp.d_pad;
-  std::fill(dst, dst + bp.block_floats, 0.0f);
+  pack_transposed(p.k, b, g, j0, cols, D, 1.0f, kt, bc);
+  pack_transposed(p.v, b, g, j0, cols, Dv, 1.0f, vt, bc);
   for (int64_t c = 0; c < cols; ++c) {
-    const float* k = p.k.at(b, g, j0 + c);
-    const float* v = p.v.at(b, g, j0 + c);
-    for (int64_t e = 0; e < D; ++e) kt[e * bc + c] = k[e];
-    std::memcpy(kn + c * bp.d_pad, k, static_cast<size_t>(D) * sizeof(float));
-    for (int64_t x = 0; x < Dv; ++x) vt[x * bc + c] = v[x];
+    std::memcpy(kn + c * bp.d_pad, p.k.at(b, g, j0 + c), static_cast<size_t>(D) * sizeof(float));
+    std::fill(kn + c * bp.d_pad + D, kn + (c + 1) * bp.d_pad, 0.0f);
   }
+  std::fill(kn + cols * bp.d_pad, kn + bc * bp.d_pad, 0.0f);
 }
 
 // One worker's scratch for an item.
@@ -273,15 +273,19 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
 
   // Items (b, g, chunk); partial dK/dV per chunk: [chunks, batch, kv_heads, len_kv, D or Dv].
   const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
-  std::vector<float> dk_part(static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_k));
-  std::vector<float> dv_part(static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_v));
+  // Every item writes all of its slices (zeros for the blocks its rows do not see), so the
+  // buffers start uninitialised.
+  const auto dk_part = std::make_unique_for_overwrite<float[]>(
+      static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_k));
+  const auto dv_part = std::make_unique_for_overwrite<float[]>(
+      static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_v));
   const size_t scratch = backward_scratch_floats(p, bp);
   ctx.parallel_items(sh.batch * sh.kv_heads * bp.chunks, [&](int64_t item, int worker) {
     const int64_t c = item % bp.chunks, bg = item / bp.chunks;
     ItemRange it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * bp.chunk_rows,
                  std::min(sh.len_q, (c + 1) * bp.chunk_rows)};
-    float* dk = dk_part.data() + (c * sh.batch * sh.kv_heads + bg) * per_bg_k;
-    float* dv = dv_part.data() + (c * sh.batch * sh.kv_heads + bg) * per_bg_v;
+    float* dk = dk_part.get() + (c * sh.batch * sh.kv_heads + bg) * per_bg_k;
+    float* dv = dv_part.get() + (c * sh.batch * sh.kv_heads + bg) * per_bg_v;
     if (it.row_begin >= it.row_end) {
       std::fill(dk, dk + per_bg_k, 0.0f);
       std::fill(dv, dv + per_bg_v, 0.0f);
@@ -297,8 +301,8 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
       for (int64_t j = 0; j < sh.len_kv; ++j) {
         float* dk = p.dk.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
         float* dv = p.dv.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
-        const float* k0 = dk_part.data() + bg * per_bg_k + j * D;
-        const float* v0 = dv_part.data() + bg * per_bg_v + j * Dv;
+        const float* k0 = dk_part.get() + bg * per_bg_k + j * D;
+        const float* v0 = dv_part.get() + bg * per_bg_v + j * Dv;
         std::memcpy(dk, k0, static_cast<size_t>(D) * sizeof(float));
         std::memcpy(dv, v0, static_cast<size_t>(Dv) * sizeof(float));
         for (int64_t c = 1; c < bp.chunks; ++c) {

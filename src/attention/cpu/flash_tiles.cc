@@ -110,24 +110,27 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
 
 // Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
 // strides. Done once per call and read by every query block of the group.
+// 16 rows at a time, so that each row of dst is written 16 floats in a row while the 16 source
+// rows stay in L1.
+void pack_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
+                     int64_t width, float scale, float* dst, int64_t ld) {
+  for (int64_t e = 0; e < width; ++e) std::fill(dst + e * ld + cols, dst + (e + 1) * ld, 0.0f);
+  constexpr int64_t kRows = 16;
+  for (int64_t c0 = 0; c0 < cols; c0 += kRows) {
+    const int64_t n = std::min(kRows, cols - c0);
+    const float* rows[kRows];
+    for (int64_t c = 0; c < n; ++c) rows[c] = x.at(b, g, j0 + c0 + c);
+    for (int64_t e = 0; e < width; ++e)
+      for (int64_t c = 0; c < n; ++c) dst[e * ld + c0 + c] = rows[c][e] * scale;
+  }
+}
+
 void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
                 float* dst) {
   const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim;
   const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
-  float* kt = dst;
   float* v = dst + D * plan.bc_pad;
-  const float scale = effective_scale(p);
-  for (int64_t e = 0; e < D; ++e)
-    std::fill(kt + e * plan.bc_pad + cols, kt + (e + 1) * plan.bc_pad, 0.0f);
-  // Kᵀ scaled, 16 keys at a time so that each row of Kᵀ is written 16 floats in a row.
-  constexpr int64_t kKeys = 16;
-  for (int64_t c0 = 0; c0 < cols; c0 += kKeys) {
-    const int64_t n = std::min(kKeys, cols - c0);
-    const float* rows[kKeys];
-    for (int64_t c = 0; c < n; ++c) rows[c] = p.k.at(b, g, j0 + c0 + c);
-    for (int64_t e = 0; e < D; ++e)
-      for (int64_t c = 0; c < n; ++c) kt[e * plan.bc_pad + c0 + c] = rows[c][e] * scale;
-  }
+  pack_transposed(p.k, b, g, j0, cols, D, effective_scale(p), dst, plan.bc_pad);
   for (int64_t c = 0; c < cols; ++c) {
     float* vr = v + c * plan.dv_pad;
     std::memcpy(vr, p.v.at(b, g, j0 + c), static_cast<size_t>(Dv) * sizeof(float));
@@ -143,7 +146,8 @@ Plan make_plan(const AttentionParams& p) {
   plan.lanes = static_cast<int64_t>(kernels::float_lanes());
   plan.group = sh.heads / sh.kv_heads;
   plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
-  plan.bc_pad = round_up(kBlockKeys, plan.lanes);
+  // Keys per tile, padded: a whole block, or all the keys when there are fewer.
+  plan.bc_pad = round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), plan.lanes);
   const AttentionOptions& o = p.options;
   const bool banded = o.causal || o.window_left >= 0 || o.window_right >= 0;
   plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);

@@ -87,6 +87,11 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
 // Multiplies P by the dropout mask of the tile: 0 or 1/(1 − p) per element (params.h).
 void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds);
 
+// dst[e·ld + c] = scale · x.at(b, g, j0 + c)[e] for c < cols, e < width: rows j0 .. j0 + cols of
+// an operand transposed into dst [width, ld], zero in the columns [cols, ld).
+void pack_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
+                     int64_t width, float scale, float* dst, int64_t ld);
+
 // Packs key block `blk` of (b, g): scale·Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from
 // any strides (the softmax scale rides on the keys, so queries are used where they lie).
 void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
