@@ -91,8 +91,9 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     // Keys past the last row's range are not computed at all (the causal diagonal).
     const int64_t cols = std::min(kBlockKeys, j_end - j0);
     const float* kt = blocks ? blocks + (j0 / kBlockKeys) * plan.block_floats : nullptr;
-    const float* v = blocks ? kt + D * plan.bc_pad : p.v.at(b, g, j0);
-    const int64_t ldv = blocks ? plan.dv_pad : p.v.row_stride;
+    const bool v_packed = blocks && !plan.v_in_place;
+    const float* v = v_packed ? kt + D * plan.bc_pad : p.v.at(b, g, j0);
+    const int64_t ldv = v_packed ? plan.dv_pad : p.v.row_stride;
     const int64_t cols_pad = round_up(cols, plan.lanes);
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
@@ -262,8 +263,7 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   if (sh.len_q <= kDecodeRows && plan.kv_blocks > kDecodeSplitBlocks) {
     // Decode reads each key once: in place when the value rows are whole vectors wide (the
     // tiles then need no padding), packed otherwise.
-    const bool in_place = sh.value_dim == plan.dv_pad;
-    run_decode(ctx, p, plan, in_place ? nullptr : pack_keys(ctx, p, plan));
+    run_decode(ctx, p, plan, plan.v_in_place ? nullptr : pack_keys(ctx, p, plan));
     return;
   }
   const float* packed = pack_keys(ctx, p, plan);

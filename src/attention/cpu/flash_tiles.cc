@@ -131,6 +131,7 @@ void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g
   const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
   float* v = dst + D * plan.bc_pad;
   pack_transposed(p.k, b, g, j0, cols, D, effective_scale(p), dst, plan.bc_pad);
+  if (plan.v_in_place) return;
   for (int64_t c = 0; c < cols; ++c) {
     float* vr = v + c * plan.dv_pad;
     std::memcpy(vr, p.v.at(b, g, j0 + c), static_cast<size_t>(Dv) * sizeof(float));
@@ -155,8 +156,10 @@ Plan make_plan(const AttentionParams& p) {
   const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
   plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
   plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
-  plan.block_floats =
-      round_up(static_cast<int64_t>(D * bc + bc * static_cast<size_t>(plan.dv_pad)), 16);
+  plan.v_in_place = sh.value_dim == plan.dv_pad;
+  plan.block_floats = round_up(
+      static_cast<int64_t>(D * bc + (plan.v_in_place ? 0 : bc * static_cast<size_t>(plan.dv_pad))),
+      16);
   plan.s_floats = G * br * bc;  // one head's tile, or (keys in place) the whole group's
   plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);

@@ -38,8 +38,11 @@ struct KeyRange {
 // Sizes of one call's tiles, and the per-thread scratch carved from them (in floats).
 struct Plan {
   int64_t lanes, group, dv_pad, bc_pad, br;
-  int64_t kv_blocks;     // key blocks per (batch, kv head)
-  int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad] then V [bc_pad, dv_pad]
+  int64_t kv_blocks;  // key blocks per (batch, kv head)
+  // Value rows whole vectors wide (Dv = dv_pad) are read where they lie; otherwise they are
+  // packed, padded, after the keys.
+  bool v_in_place;
+  int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad], then V [bc_pad, dv_pad] if packed
   size_t q_floats, s_floats, o_floats, row_floats;
   size_t total() const {
     // q, s, o; m, alpha, ent; l (lanes per row); best (int64) and argcol (int32)
@@ -92,7 +95,8 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
 void pack_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
                      int64_t width, float scale, float* dst, int64_t ld);
 
-// Packs key block `blk` of (b, g): scale·Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from
+// Packs key block `blk` of (b, g): scale·Kᵀ [D, bc_pad] and (unless plan.v_in_place) V [bc_pad,
+// dv_pad], zero-padded, from
 // any strides (the softmax scale rides on the keys, so queries are used where they lie).
 void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
                 float* dst);
