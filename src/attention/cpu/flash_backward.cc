@@ -20,7 +20,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
 #include <vector>
 
 #include "headlight/core/cpu_info.h"
@@ -38,10 +37,13 @@ constexpr int64_t kChunkRows = 1024;  // one more chunk per this many query rows
 // Per-call sizes of the backward (on top of the forward's Plan).
 struct BackwardPlan {
   Plan base;
-  int64_t d_pad;         // head_dim padded to whole vectors
-  int64_t chunks;        // query-row chunks
-  int64_t chunk_rows;    // rows per chunk (the last may have fewer)
-  int64_t block_floats;  // packed key block: Kᵀ [D, bc_pad], K [bc_pad, d_pad], Vᵀ [Dv, bc_pad]
+  int64_t d_pad;       // head_dim padded to whole vectors
+  int64_t chunks;      // query-row chunks
+  int64_t chunk_rows;  // rows per chunk (the last may have fewer)
+  // Rows whole vectors wide are read where they lie: K (for dQ += dS·K) when D = d_pad, dO when
+  // Dv = dv_pad; otherwise they are copied, zero-padded.
+  bool k_in_place, dout_in_place;
+  int64_t block_floats;  // packed key block: Kᵀ [D, bc_pad], Vᵀ [Dv, bc_pad], K [bc_pad, d_pad]
 };
 
 BackwardPlan make_backward_plan(const AttentionParams& p) {
@@ -52,21 +54,25 @@ BackwardPlan make_backward_plan(const AttentionParams& p) {
   bp.chunks = std::clamp<int64_t>((sh.len_q + kChunkRows - 1) / kChunkRows, 1, kMaxChunks);
   bp.chunk_rows = (sh.len_q + bp.chunks - 1) / bp.chunks;
   const int64_t bc = bp.base.bc_pad;
-  bp.block_floats = round_up(sh.head_dim * bc + bc * bp.d_pad + sh.value_dim * bc, 16);
+  bp.k_in_place = sh.head_dim == bp.d_pad;
+  bp.dout_in_place = sh.value_dim == bp.base.dv_pad;
+  bp.block_floats =
+      round_up(sh.head_dim * bc + sh.value_dim * bc + (bp.k_in_place ? 0 : bc * bp.d_pad), 16);
   return bp;
 }
 
-// Packs key block `blk` of (b, g) for the backward: Kᵀ [D, bc_pad], K [bc_pad, d_pad] and
-// Vᵀ [Dv, bc_pad], zero-padded.
+// Packs key block `blk` of (b, g) for the backward: Kᵀ [D, bc_pad], Vᵀ [Dv, bc_pad] and, unless
+// it is read in place, K [bc_pad, d_pad], zero-padded.
 void pack_backward_block(const AttentionParams& p, const BackwardPlan& bp, int64_t b, int64_t g,
                          int64_t blk, float* dst) {
   const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim, bc = bp.base.bc_pad;
   const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
   float* kt = dst;
-  float* kn = kt + D * bc;
-  float* vt = kn + bc * bp.d_pad;
+  float* vt = kt + D * bc;
+  float* kn = vt + Dv * bc;
   pack_transposed(p.k, b, g, j0, cols, D, 1.0f, kt, bc);
   pack_transposed(p.v, b, g, j0, cols, Dv, 1.0f, vt, bc);
+  if (bp.k_in_place) return;
   for (int64_t c = 0; c < cols; ++c) {
     std::memcpy(kn + c * bp.d_pad, p.k.at(b, g, j0 + c), static_cast<size_t>(D) * sizeof(float));
     std::fill(kn + c * bp.d_pad + D, kn + (c + 1) * bp.d_pad, 0.0f);
@@ -112,9 +118,17 @@ struct ItemRange {
   int64_t b, g, c, row_begin, row_end;
 };
 
+// Where an item's dK and dV rows go: row j of its (b, g) at k + j·k_ld and v + j·v_ld.
+struct KeyGradRows {
+  float* k;
+  int64_t k_ld;
+  float* v;
+  int64_t v_ld;
+};
+
 // One item: every key block against the chunk's query rows of every head of the group.
 void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const BackwardScratch& w,
-                       const float* packed, const float* dot, float* dk_part, float* dv_part,
+                       const float* packed, const float* dot, const KeyGradRows& out,
                        const ItemRange& it) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
@@ -123,21 +137,24 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
   const int64_t rows_total = it.row_end - it.row_begin, cr = bp.chunk_rows;
   const float scale = effective_scale(p);
 
-  // Pack the chunk's scaled queries and output gradients (zero-padded), zero dQ.
+  // Pack the chunk's scaled queries and (unless read in place) output gradients, zero-padded;
+  // zero dQ.
   std::fill(w.q, w.q + G * cr * bp.d_pad, 0.0f);
-  std::fill(w.dout, w.dout + G * cr * plan.dv_pad, 0.0f);
+  if (!bp.dout_in_place) std::fill(w.dout, w.dout + G * cr * plan.dv_pad, 0.0f);
   std::fill(w.dq, w.dq + G * cr * bp.d_pad, 0.0f);
   for (int64_t hg = 0; hg < G; ++hg) {
     const int64_t h = it.g * G + hg;
     for (int64_t r = 0; r < rows_total; ++r) {
       const float* q = p.q.at(it.b, h, it.row_begin + r);
-      const float* dout = p.dout.at(it.b, h, it.row_begin + r);
       float* qd = w.q + (hg * cr + r) * bp.d_pad;
       for (int64_t e = 0; e < D; ++e) qd[e] = q[e] * scale;
-      std::memcpy(w.dout + (hg * cr + r) * plan.dv_pad, dout,
-                  static_cast<size_t>(Dv) * sizeof(float));
+      if (!bp.dout_in_place)
+        std::memcpy(w.dout + (hg * cr + r) * plan.dv_pad, p.dout.at(it.b, h, it.row_begin + r),
+                    static_cast<size_t>(Dv) * sizeof(float));
     }
   }
+  const int64_t ld_dout = bp.dout_in_place ? p.dout.row_stride : plan.dv_pad;
+  const int64_t ld_k = bp.k_in_place ? p.k.row_stride : bp.d_pad;
 
   const KeyRange first = key_range(p, it.b, it.row_begin);
   const KeyRange last = key_range(p, it.b, it.row_end - 1);
@@ -146,16 +163,16 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
   const float* blocks = packed + (it.b * sh.kv_heads + it.g) * plan.kv_blocks * bp.block_floats;
   for (int64_t blk = 0; blk < plan.kv_blocks; ++blk) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
-    float* dk_out = dk_part + j0 * D;
-    float* dv_out = dv_part + j0 * Dv;
     if (j0 + cols <= j_begin || j0 >= j_end) {  // no row of the chunk sees this block
-      std::fill(dk_out, dk_out + cols * D, 0.0f);
-      std::fill(dv_out, dv_out + cols * Dv, 0.0f);
+      for (int64_t c = 0; c < cols; ++c) {
+        std::fill(out.k + (j0 + c) * out.k_ld, out.k + (j0 + c) * out.k_ld + D, 0.0f);
+        std::fill(out.v + (j0 + c) * out.v_ld, out.v + (j0 + c) * out.v_ld + Dv, 0.0f);
+      }
       continue;
     }
     const float* kt = blocks + blk * bp.block_floats;
-    const float* kn = kt + D * bc;
-    const float* vt = kn + bc * bp.d_pad;
+    const float* vt = kt + D * bc;
+    const float* kn = bp.k_in_place ? p.k.at(it.b, it.g, j0) : vt + Dv * bc;
     std::fill(w.dk, w.dk + bc * bp.d_pad, 0.0f);
     std::fill(w.dv, w.dv + bc * plan.dv_pad, 0.0f);
     for (int64_t hg = 0; hg < G; ++hg) {
@@ -170,7 +187,8 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
         const TilePos tile{
             it.b, h, i0, rows, j0, tcols, !(hi_row.lo <= j0 && lo_row.hi >= j0 + tcols - 1)};
         const float* q = w.q + (hg * cr + i0 - it.row_begin) * bp.d_pad;
-        const float* dout = w.dout + (hg * cr + i0 - it.row_begin) * plan.dv_pad;
+        const float* dout = bp.dout_in_place ? p.dout.at(it.b, h, i0)
+                                             : w.dout + (hg * cr + i0 - it.row_begin) * plan.dv_pad;
         float* dq = w.dq + (hg * cr + i0 - it.row_begin) * bp.d_pad;
         const float* lse = p.lse + (it.b * sh.heads + h) * sh.len_q + i0;
         const float* dot_rows = dot + (it.b * sh.heads + h) * sh.len_q + i0;
@@ -186,7 +204,7 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
         apply_element_masks(p, tile, cols_pad, w.s, bc);
         kernels::exp_shift_rows(w.s, rows, cols_pad, bc, lse);  // P
         // dP' = dO · Vᵀ.
-        kernels::qk_tile(dout, plan.dv_pad, rows, vt, bc, Dv, cols_pad, w.dp, bc);
+        kernels::qk_tile(dout, ld_dout, rows, vt, bc, Dv, cols_pad, w.dp, bc);
         const float* pd = w.s;
         if (o.dropout_p > 0) {
           // keep factors in pd's buffer: P' = P ⊙ keep, dP = dP' ⊙ keep.
@@ -197,18 +215,19 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
           kernels::mul_tile(w.pd, w.s, rows, cols_pad, bc);
           pd = w.pd;
         }
-        kernels::accumulate_transposed(pd, bc, rows, cols_pad, dout, plan.dv_pad, plan.dv_pad, w.dv,
+        kernels::accumulate_transposed(pd, bc, rows, cols_pad, dout, ld_dout, plan.dv_pad, w.dv,
                                        plan.dv_pad);
         kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, bc, dot_rows);  // dS
         if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, bc);
         kernels::accumulate_transposed(w.dp, bc, rows, cols_pad, q, bp.d_pad, bp.d_pad, w.dk,
                                        bp.d_pad);
-        kernels::pv_tile(w.dp, bc, rows, cols_pad, kn, bp.d_pad, bp.d_pad, dq, bp.d_pad, nullptr);
+        // dS is 0 past tcols; K's rows there are not read (in place they may not exist).
+        kernels::pv_tile(w.dp, bc, rows, tcols, kn, ld_k, bp.d_pad, dq, bp.d_pad, nullptr);
       }
     }
     for (int64_t c = 0; c < cols; ++c) {
-      std::memcpy(dk_out + c * D, w.dk + c * bp.d_pad, static_cast<size_t>(D) * sizeof(float));
-      std::memcpy(dv_out + c * Dv, w.dv + c * plan.dv_pad, static_cast<size_t>(Dv) * sizeof(float));
+      std::copy_n(w.dk + c * bp.d_pad, D, out.k + (j0 + c) * out.k_ld);
+      std::copy_n(w.dv + c * plan.dv_pad, Dv, out.v + (j0 + c) * out.v_ld);
     }
   }
   for (int64_t hg = 0; hg < G; ++hg)
@@ -261,39 +280,51 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
     return;
   }
 
-  // Pack the key blocks once.
+  // One buffer from the context's shared arena (kept across calls, so a training step does not
+  // map and fault in fresh pages for it every time): the packed key blocks, then, with several
+  // chunks, the chunks' partial dK and dV, [chunks, batch, kv_heads, len_kv, D or Dv], added
+  // below in chunk order (one chunk writes dK and dV in place). Every item writes all of its rows
+  // (zeros for the blocks its rows do not see), so the partials need no clearing.
   const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
-  float* packed = ctx.shared_scratch().floats(
-      static_cast<size_t>(checked_numel({pack_items, bp.block_floats}, "packed keys")));
+  const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
+  const bool partials = bp.chunks > 1;
+  const int64_t packed_floats = checked_numel({pack_items, bp.block_floats}, "packed keys");
+  const int64_t part_k = partials ? checked_numel({bp.chunks, sh.batch * sh.kv_heads, per_bg_k},
+                                                  "partial key gradients")
+                                  : 0;
+  const int64_t part_v = partials ? checked_numel({bp.chunks, sh.batch * sh.kv_heads, per_bg_v},
+                                                  "partial value gradients")
+                                  : 0;
+  float* packed = ctx.shared_scratch().floats(static_cast<size_t>(packed_floats + part_k + part_v));
+  float* const dk_part = packed + packed_floats;
+  float* const dv_part = dk_part + part_k;
   ctx.parallel_items(pack_items, [&](int64_t item, int) {
     const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
     pack_backward_block(p, bp, bg / sh.kv_heads, bg % sh.kv_heads, blk,
                         packed + item * bp.block_floats);
   });
 
-  // Items (b, g, chunk); partial dK/dV per chunk: [chunks, batch, kv_heads, len_kv, D or Dv].
-  const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
-  // Every item writes all of its slices (zeros for the blocks its rows do not see), so the
-  // buffers start uninitialised.
-  const auto dk_part = std::make_unique_for_overwrite<float[]>(
-      static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_k));
-  const auto dv_part = std::make_unique_for_overwrite<float[]>(
-      static_cast<size_t>(bp.chunks * sh.batch * sh.kv_heads * per_bg_v));
   const size_t scratch = backward_scratch_floats(p, bp);
   ctx.parallel_items(sh.batch * sh.kv_heads * bp.chunks, [&](int64_t item, int worker) {
     const int64_t c = item % bp.chunks, bg = item / bp.chunks;
     ItemRange it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * bp.chunk_rows,
                  std::min(sh.len_q, (c + 1) * bp.chunk_rows)};
-    float* dk = dk_part.get() + (c * sh.batch * sh.kv_heads + bg) * per_bg_k;
-    float* dv = dv_part.get() + (c * sh.batch * sh.kv_heads + bg) * per_bg_v;
+    const KeyGradRows out =
+        partials ? KeyGradRows{dk_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_k, D,
+                               dv_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_v, Dv}
+                 : KeyGradRows{p.dk.at(it.b, it.g, 0), p.dk.row_stride, p.dv.at(it.b, it.g, 0),
+                               p.dv.row_stride};
     if (it.row_begin >= it.row_end) {
-      std::fill(dk, dk + per_bg_k, 0.0f);
-      std::fill(dv, dv + per_bg_v, 0.0f);
+      for (int64_t j = 0; j < sh.len_kv; ++j) {
+        std::fill(out.k + j * out.k_ld, out.k + j * out.k_ld + D, 0.0f);
+        std::fill(out.v + j * out.v_ld, out.v + j * out.v_ld + Dv, 0.0f);
+      }
       return;
     }
     const BackwardScratch w = carve_backward(ctx.scratch(worker).floats(scratch), bp);
-    run_backward_item(p, bp, w, packed, dot.data(), dk, dv, it);
+    run_backward_item(p, bp, w, packed, dot.data(), out, it);
   });
+  if (!partials) return;
 
   // dK, dV: the chunks' partials added in chunk order.
   ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
@@ -301,8 +332,8 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
       for (int64_t j = 0; j < sh.len_kv; ++j) {
         float* dk = p.dk.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
         float* dv = p.dv.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
-        const float* k0 = dk_part.get() + bg * per_bg_k + j * D;
-        const float* v0 = dv_part.get() + bg * per_bg_v + j * Dv;
+        const float* k0 = dk_part + bg * per_bg_k + j * D;
+        const float* v0 = dv_part + bg * per_bg_v + j * Dv;
         std::memcpy(dk, k0, static_cast<size_t>(D) * sizeof(float));
         std::memcpy(dv, v0, static_cast<size_t>(Dv) * sizeof(float));
         for (int64_t c = 1; c < bp.chunks; ++c) {
