@@ -14,9 +14,10 @@
 //
 // Tiling. A work item is (batch b, key/value head g, block of Br query rows); it holds the Br rows
 // of every query head h of g's group, so each key/value tile is packed once for the whole group
-// (GQA/MQA read K and V once per group). Before the items run, every key block of Bc keys is packed
-// once as Kᵀ [D, Bc] and V [Bc, Dv] (zero-padded to whole vectors, from any input strides) into a
-// buffer kept across calls; each item then visits its key blocks and, per head:
+// (GQA/MQA read K and V once per group). Before the items run, every key block of Bc keys (256, or
+// all the keys when there are fewer) is packed once as Kᵀ [D, Bc], zero-padded, from any input
+// strides, into a buffer kept across calls; V is read where it lies when its rows are whole vectors
+// wide and packed as [Bc, Dv] otherwise. Each item then visits its key blocks and, per head:
 //     QkTile → soft-cap → per-element bias and masks → SoftmaxRows → (dropout) → PvTile.
 // Causal, window and key-length masks are structural: each row i allows the key range
 // [lo(i), hi(i)], both non-decreasing in i, so the item visits only the key blocks that meet the
