@@ -13,8 +13,10 @@
 // key blocks in order and, inside each, the query blocks of its chunk for every head of the group:
 // dQ of its rows is accumulated in the item's scratch (no other item touches those rows), dK and
 // dV of the key block in registers-sized tiles that go to the chunk's slice of a partial buffer.
-// The chunks' partial dK and dV are then added in chunk order. Memory beyond the inputs: packed
-// keys and values, the chunk's packed Q, dO and dQ, and the partials: O((L_q + chunks·L_kv)·D).
+// The chunks' partial dK and dV are then added in chunk order (a single chunk writes dK and dV in
+// place). Memory beyond the inputs: packed Kᵀ and Vᵀ (and K, and the chunk's dO, when their rows
+// are not whole vectors wide; otherwise they are read where they lie), the chunk's packed Q and
+// dQ, and the partials: O((L_q + chunks·L_kv)·D).
 
 #include "headlight/attention/cpu/flash_backward.h"
 
