@@ -25,6 +25,7 @@ HWY_EXPORT(AccumulateTransposed);
 HWY_EXPORT(SoftmaxGradTile);
 HWY_EXPORT(MulTile);
 HWY_EXPORT(SoftcapGradTile);
+HWY_EXPORT(TransposeRows);
 
 namespace attention::cpu::kernels {
 
@@ -77,6 +78,11 @@ void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
 
 void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
   HWY_DYNAMIC_DISPATCH(SoftcapGradTile)(s, rows, cols, lds, cap);
+}
+
+void transpose_rows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,
+                    float* dst, size_t ld_dst) {
+  HWY_DYNAMIC_DISPATCH(TransposeRows)(src, ld_src, rows, width, scale, dst, ld_dst);
 }
 
 size_t float_lanes() {

@@ -42,6 +42,9 @@ void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size
 void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds);
 // s ← 1 − (s / cap)², the derivative of cap·tanh(x / cap) from its value.
 void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
+// dst[e·ld_dst + c] = scale · src[c·ld_src + e] for c < rows, e < width (packing Kᵀ, Vᵀ).
+void transpose_rows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,
+                    float* dst, size_t ld_dst);
 // Float lanes of the dispatched target; tiles are padded to multiples of it.
 size_t float_lanes();
 // The dispatched target's name ("AVX3", "AVX2", …).

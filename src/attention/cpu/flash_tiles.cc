@@ -108,23 +108,20 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
   }
 }
 
-// Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
-// strides. Done once per call and read by every query block of the group.
 // 16 rows at a time, so that each row of dst is written 16 floats in a row while the 16 source
 // rows stay in L1.
 void pack_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
                      int64_t width, float scale, float* dst, int64_t ld) {
   for (int64_t e = 0; e < width; ++e) std::fill(dst + e * ld + cols, dst + (e + 1) * ld, 0.0f);
   constexpr int64_t kRows = 16;
-  for (int64_t c0 = 0; c0 < cols; c0 += kRows) {
-    const int64_t n = std::min(kRows, cols - c0);
-    const float* rows[kRows];
-    for (int64_t c = 0; c < n; ++c) rows[c] = x.at(b, g, j0 + c0 + c);
-    for (int64_t e = 0; e < width; ++e)
-      for (int64_t c = 0; c < n; ++c) dst[e * ld + c0 + c] = rows[c][e] * scale;
-  }
+  for (int64_t c0 = 0; c0 < cols; c0 += kRows)
+    kernels::transpose_rows(x.at(b, g, j0 + c0), static_cast<size_t>(x.row_stride),
+                            static_cast<size_t>(std::min(kRows, cols - c0)),
+                            static_cast<size_t>(width), scale, dst + c0, static_cast<size_t>(ld));
 }
 
+// Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
+// strides. Done once per call and read by every query block of the group.
 void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
                 float* dst) {
   const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim;
