@@ -126,6 +126,13 @@ struct KeyGradRows {
   int64_t k_ld;
   float* v;
   int64_t v_ld;
+  // Rows [j_begin, j_end) of dK (D wide) and dV (Dv wide) set to 0.
+  void zero(int64_t j_begin, int64_t j_end, int64_t D, int64_t Dv) const {
+    for (int64_t j = j_begin; j < j_end; ++j) {
+      std::fill(k + j * k_ld, k + j * k_ld + D, 0.0f);
+      std::fill(v + j * v_ld, v + j * v_ld + Dv, 0.0f);
+    }
+  }
 };
 
 // One item: every key block against the chunk's query rows of every head of the group.
@@ -166,10 +173,7 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
   for (int64_t blk = 0; blk < plan.kv_blocks; ++blk) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
     if (j0 + cols <= j_begin || j0 >= j_end) {  // no row of the chunk sees this block
-      for (int64_t c = 0; c < cols; ++c) {
-        std::fill(out.k + (j0 + c) * out.k_ld, out.k + (j0 + c) * out.k_ld + D, 0.0f);
-        std::fill(out.v + (j0 + c) * out.v_ld, out.v + (j0 + c) * out.v_ld + Dv, 0.0f);
-      }
+      out.zero(j0, j0 + cols, D, Dv);
       continue;
     }
     const float* kt = blocks + blk * bp.block_floats;
@@ -251,10 +255,8 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
   if (sh.len_q == 0 || sh.heads == 0) {  // no query: zero key/value gradients
     for (int64_t b = 0; b < sh.batch; ++b)
       for (int64_t g = 0; g < sh.kv_heads; ++g)
-        for (int64_t j = 0; j < sh.len_kv; ++j) {
-          std::fill(p.dk.at(b, g, j), p.dk.at(b, g, j) + D, 0.0f);
-          std::fill(p.dv.at(b, g, j), p.dv.at(b, g, j) + Dv, 0.0f);
-        }
+        KeyGradRows{p.dk.at(b, g, 0), p.dk.row_stride, p.dv.at(b, g, 0), p.dv.row_stride}.zero(
+            0, sh.len_kv, D, Dv);
     return;
   }
   check(p.out.data != nullptr && p.lse != nullptr,
@@ -317,10 +319,7 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
                  : KeyGradRows{p.dk.at(it.b, it.g, 0), p.dk.row_stride, p.dv.at(it.b, it.g, 0),
                                p.dv.row_stride};
     if (it.row_begin >= it.row_end) {
-      for (int64_t j = 0; j < sh.len_kv; ++j) {
-        std::fill(out.k + j * out.k_ld, out.k + j * out.k_ld + D, 0.0f);
-        std::fill(out.v + j * out.v_ld, out.v + j * out.v_ld + Dv, 0.0f);
-      }
+      out.zero(0, sh.len_kv, D, Dv);
       return;
     }
     const BackwardScratch w = carve_backward(ctx.scratch(worker).floats(scratch), bp);

@@ -502,8 +502,8 @@ void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v
 // were scored made up part of it). Here each pass covers whole value rows when they are 8 vectors
 // wide, for kStreamRows rows at a time (their accumulators and a value row fill the registers),
 // so the first pass reads V front to back in address order and the later passes find it in L2.
-// On the 2-core Zen 4 VM (2026-12-03, docs/performance.md) that read K and V at 0.82–0.84 of the
-// read bandwidth against 0.70–0.80 for PvTile with the prefetches; with V in L2 it is about 15%
+// On the 2-core Zen 4 VM (2026-12-03, docs/performance.md) that read K and V at 0.80–0.83 of the
+// read bandwidth against 0.73–0.79 for PvTile with the prefetches; with V in L2 it is about 15%
 // slower than PvTile (two FMAs per value load instead of four), so only decode uses it.
 void PvStreamTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
                   size_t width, float* o, size_t ldo, const float* alpha) {
