@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,30 @@
 #include "headlight/ops/matmul.h"
 
 namespace headlight::bench {
+namespace {
+
+// Benchmark buffers start on a cache line (64 bytes), as headlight's Tensor and PyTorch's
+// allocator place them. std::vector's large blocks start 16 bytes past a page boundary, which
+// splits every 64-byte vector load across two cache lines: the decode kernel reads such rows about
+// 15% slower from cache (2-core Zen 4 VM, 2026-12-03, docs/performance.md).
+template <typename T>
+struct CacheLineAllocator {
+  using value_type = T;
+  CacheLineAllocator() = default;
+  template <typename U>
+  explicit CacheLineAllocator(const CacheLineAllocator<U>&) {}
+  T* allocate(size_t n) {
+    const size_t bytes = (std::max<size_t>(n * sizeof(T), 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes);
+    if (p == nullptr) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  bool operator==(const CacheLineAllocator&) const = default;
+};
+using Floats = std::vector<float, CacheLineAllocator<float>>;
+
+}  // namespace
 
 PeakReport measure_peak(int threads, int repeats) {
   check(threads > 0, "threads: must be positive, got {}", threads);
@@ -47,8 +73,8 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
   r.config = c;
   ThreadContext ctx(c.threads);
   Generator g(1);
-  std::vector<float> a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n));
-  std::vector<float> out(static_cast<size_t>(c.m * c.n));
+  Floats a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n));
+  Floats out(static_cast<size_t>(c.m * c.n));
   for (auto& x : a) x = g.uniform(-1, 1);
   for (auto& x : b) x = g.uniform(-1, 1);
   const ops::MatrixArg bm = c.transpose_b ? ops::MatrixArg{b.data(), c.k, c.n, c.k, true}
@@ -139,9 +165,9 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
   checked_numel({B, H, L, D}, "query");
   checked_numel({B, G, S, D}, "key");
-  std::vector<float> q(static_cast<size_t>(B * H * L * D)), k(static_cast<size_t>(B * G * S * D));
-  std::vector<float> v(k.size()), out(q.size()), lse(static_cast<size_t>(B * H * L));
-  std::vector<float> dq, dk, dv;
+  Floats q(static_cast<size_t>(B * H * L * D)), k(static_cast<size_t>(B * G * S * D));
+  Floats v(k.size()), out(q.size()), lse(static_cast<size_t>(B * H * L));
+  Floats dq, dk, dv;
   Generator g(3);
   for (auto* buf : {&q, &k, &v, &out})
     for (auto& x : *buf) x = g.uniform(-1, 1);
@@ -168,7 +194,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
         c.probs_heads);
   check(c.probs_heads == 0 || (c.kernel == AttentionKernel::fused && !c.backward),
         "probs-heads: only with the fused forward");
-  std::vector<float> probs(static_cast<size_t>(c.probs_heads * B * L * S));
+  Floats probs(static_cast<size_t>(c.probs_heads * B * L * S));
   attention::cpu::ProbabilitiesRequest request;
   for (int64_t h = 0; h < c.probs_heads; ++h) request.heads.push_back(h);
   if (c.kernel == AttentionKernel::fused && c.backward) {
@@ -192,7 +218,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   // beyond the last-level cache.
   const bool decode = L <= 16 && !c.backward;
   r.kv_copies = decode ? kv_copies_beyond_cache(4.0 * double(k.size() + v.size())) : 1;
-  std::vector<float> k_pool, v_pool;
+  Floats k_pool, v_pool;
   if (r.kv_copies > 1) {
     k_pool.resize(k.size() * static_cast<size_t>(r.kv_copies));
     v_pool.resize(v.size() * static_cast<size_t>(r.kv_copies));
