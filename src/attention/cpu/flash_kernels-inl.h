@@ -229,8 +229,94 @@ HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const float* k, size_t
     DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds);
 }
 
+// With 32 vector registers (AVX-512) and D = 64 or 128, two query rows stay in registers (16
+// at D = 128) over a run of kDotRun keys: each key vector is loaded once for two FMAs and no query
+// vector is reloaded (DotMicro loads 5 vectors for 4 FMAs), and four keys × two rows of
+// accumulators fold together into eight dot products (one fold per dot product, no scalar
+// sums). The next row pair passes over the same run of keys, from L1 (16 KB at D = 128), so the
+// keys are still read from memory once, in address order. With K and V in L2 (one thread, rows on
+// cache lines; 2-core Zen 4 VM, 2026-12-03) the whole decode ran 13% faster at D = 128 (35.5 →
+// 40.2 GB/s of K and V) and 22% faster at D = 64 (27.2 → 33.3): the scores had taken as long
+// as P·V, with half of it in the per-key reductions.
+#if HWY_MAX_BYTES == 64
+constexpr size_t kDotRun = 32;
+
+// Sums the lanes of each of acc[0..8) (acc[4 · row + key]) into s[key] and s[lds + key]. The
+// first two levels add within 128-bit blocks (in-lane interleaves, cheap); the last two add
+// halves. Per block after them, P holds the block sums of acc[0..4), Q those of acc[4..8).
+HWY_INLINE void StoreEightDots(DF d, const VF* acc, float* HWY_RESTRICT s, size_t lds) {
+  const hn::RepartitionToWide<DF> dd;
+  VF pair[4];  // per block: [acc[2i], acc[2i+1], acc[2i], acc[2i+1]] partial sums
+  for (size_t i = 0; i < 4; ++i)
+    pair[i] = hn::Add(hn::InterleaveLower(d, acc[2 * i], acc[2 * i + 1]),
+                      hn::InterleaveUpper(d, acc[2 * i], acc[2 * i + 1]));
+  auto quad = [&](VF x, VF y) {  // per block: the block sums of x's and y's two vectors each
+    const auto wx = hn::BitCast(dd, x), wy = hn::BitCast(dd, y);
+    return hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, wx, wy)),
+                   hn::BitCast(d, hn::InterleaveUpper(dd, wx, wy)));
+  };
+  const VF P = quad(pair[0], pair[1]), Q = quad(pair[2], pair[3]);
+  // Blocks [P0 + P2, P1 + P3, Q0 + Q2, Q1 + Q3].
+  const VF t = hn::Add(hn::ConcatLowerLower(d, Q, P), hn::ConcatUpperUpper(d, Q, P));
+  const hn::Half<DF> d8;
+  const hn::Half<decltype(d8)> d4;
+  const auto lo = hn::LowerHalf(d8, t), hi = hn::UpperHalf(d8, t);
+  hn::StoreU(hn::Add(hn::LowerHalf(d4, lo), hn::UpperHalf(d4, lo)), d4, s);
+  hn::StoreU(hn::Add(hn::LowerHalf(d4, hi), hn::UpperHalf(d4, hi)), d4, s + lds);
+}
+
+template <size_t kNV>
+HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT k,
+                           size_t ldk, size_t cols, float* HWY_RESTRICT s, size_t lds,
+                           bool prefetch) {
+  const DF d;
+  constexpr size_t L = hn::MaxLanes(DF());
+  static_assert(L == 16, "StoreEightDots sums the lanes of 16-lane vectors");
+  VF q0[kNV], q1[kNV];
+  for (size_t e = 0; e < kNV; ++e) {
+    q0[e] = hn::LoadU(d, a + e * L);
+    q1[e] = hn::LoadU(d, a + lda + e * L);
+  }
+  size_t c = 0;
+  for (; c + 4 <= cols; c += 4) {
+    VF acc[8];  // acc[4 · row + key]
+    HWY_UNROLL(8) for (size_t i = 0; i < 8; ++i) acc[i] = hn::Zero(d);
+    HWY_UNROLL(4) for (size_t j = 0; j < 4; ++j) {
+      const float* key = k + (c + j) * ldk;
+      HWY_UNROLL(8) for (size_t e = 0; e < kNV; ++e) {
+        if (prefetch) __builtin_prefetch(key + kDotAhead * ldk + e * L, 0, kToL2);
+        const VF kv = hn::LoadU(d, key + e * L);
+        acc[j] = hn::MulAdd(q0[e], kv, acc[j]);
+        acc[4 + j] = hn::MulAdd(q1[e], kv, acc[4 + j]);
+      }
+    }
+    StoreEightDots(d, acc, s + c, lds);
+  }
+  for (; c < cols; ++c)
+    DotMicro<2, kNV * L>(a, lda, k + c * ldk, 0, s + c, lds, k + (c + kDotAhead) * ldk);
+}
+
+template <size_t kNV>
+HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const float* k,
+                                 size_t ldk, size_t cols, float* s, size_t lds) {
+  constexpr size_t L = hn::MaxLanes(DF());
+  for (size_t c0 = 0; c0 < cols; c0 += kDotRun) {
+    const size_t n = std::min(kDotRun, cols - c0);
+    size_t r = 0;
+    for (; r + 2 <= rows; r += 2)
+      DotPairRun<kNV>(a + r * lda, lda, k + c0 * ldk, ldk, n, s + r * lds + c0, lds, r == 0);
+    if (r < rows)
+      DotRows<1, kNV * L>(a + r * lda, lda, k + c0 * ldk, ldk, kNV * L, n, s + r * lds + c0, lds);
+  }
+}
+#endif  // HWY_MAX_BYTES == 64
+
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
              size_t cols, float* s, size_t lds) {
+#if HWY_MAX_BYTES == 64
+  if (rows >= 2 && dim == 128) return DotTileRegisters<8>(a, lda, rows, k, ldk, cols, s, lds);
+  if (rows >= 2 && dim == 64) return DotTileRegisters<4>(a, lda, rows, k, ldk, cols, s, lds);
+#endif
   size_t r = 0;
   for (; r + kDotRows <= rows; r += kDotRows)
     DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds);
