@@ -14,7 +14,7 @@ namespace headlight::attention {
 namespace {
 
 void fill_uniform(Tensor& t, Generator& g, float bound) {
-  for (int64_t i = 0; i < t.numel(); ++i) t.data()[i] = g.uniform(-bound, bound);
+  g.fill_uniform(t.data(), t.numel(), -bound, bound);
 }
 
 // A view of `t` as a contiguous f32 tensor (copied when strided); throws naming `what` otherwise.

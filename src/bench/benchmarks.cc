@@ -25,31 +25,6 @@
 #include "headlight/ops/matmul.h"
 
 namespace headlight::bench {
-namespace {
-
-// Benchmark buffers start on a cache line (64 bytes), as headlight's Tensor and PyTorch's
-// allocator place them. std::vector's large blocks start 16 bytes past a page boundary, which
-// splits every 64-byte vector load across two cache lines: the decode kernel reads such rows about
-// 15% slower from cache (2-core Zen 4 VM, 2026-12-03, docs/performance.md).
-template <typename T>
-struct CacheLineAllocator {
-  using value_type = T;
-  CacheLineAllocator() = default;
-  template <typename U>
-  explicit CacheLineAllocator(const CacheLineAllocator<U>&) {}
-  T* allocate(size_t n) {
-    const size_t bytes = (std::max<size_t>(n * sizeof(T), 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, bytes);
-    if (p == nullptr) throw std::bad_alloc();
-    return static_cast<T*>(p);
-  }
-  void deallocate(T* p, size_t) { std::free(p); }
-  bool operator==(const CacheLineAllocator&) const = default;
-};
-using Floats = std::vector<float, CacheLineAllocator<float>>;
-
-}  // namespace
-
 PeakReport measure_peak(int threads, int repeats) {
   check(threads > 0, "threads: must be positive, got {}", threads);
   ThreadContext ctx(threads);
@@ -73,10 +48,9 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
   r.config = c;
   ThreadContext ctx(c.threads);
   Generator g(1);
-  Floats a(static_cast<size_t>(c.m * c.k)), b(static_cast<size_t>(c.k * c.n));
-  Floats out(static_cast<size_t>(c.m * c.n));
-  for (auto& x : a) x = g.uniform(-1, 1);
-  for (auto& x : b) x = g.uniform(-1, 1);
+  Tensor a = Tensor::empty({c.m, c.k}), b = Tensor::empty({c.k, c.n}),
+         out = Tensor::empty({c.m, c.n});
+  for (Tensor* t : {&a, &b}) g.fill_uniform(t->data(), t->numel(), -1, 1);
   const ops::MatrixArg bm = c.transpose_b ? ops::MatrixArg{b.data(), c.k, c.n, c.k, true}
                                           : ops::MatrixArg{b.data(), c.k, c.n, c.n, false};
   r.peak = measure_peak(c.threads);
@@ -165,12 +139,14 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
   checked_numel({B, H, L, D}, "query");
   checked_numel({B, G, S, D}, "key");
-  Floats q(static_cast<size_t>(B * H * L * D)), k(static_cast<size_t>(B * G * S * D));
-  Floats v(k.size()), out(q.size()), lse(static_cast<size_t>(B * H * L));
-  Floats dq, dk, dv;
+  // Tensors start on a cache line, as PyTorch's do: std::vector's large blocks start 16 bytes
+  // past a page, which splits every 64-byte load of a row across two lines (the decode kernel
+  // read such rows 10–20% slower from cache; docs/performance.md, 2026-12-03).
+  Tensor q = Tensor::empty({B, H, L, D}), k = Tensor::empty({B, G, S, D});
+  Tensor v = Tensor::empty({B, G, S, D}), out = Tensor::empty({B, H, L, D});
+  Tensor lse = Tensor::zeros({B, H, L}), dq, dk, dv;
   Generator g(3);
-  for (auto* buf : {&q, &k, &v, &out})
-    for (auto& x : *buf) x = g.uniform(-1, 1);
+  for (Tensor* t : {&q, &k, &v, &out}) g.fill_uniform(t->data(), t->numel(), -1, 1);
   attention::AttentionParams p;
   p.shape = {B, H, G, L, S, D, D};
   p.options.causal = c.causal;
@@ -180,9 +156,9 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   p.out = {out.data(), H * L * D, L * D, D};
   p.lse = lse.data();
   if (c.backward) {
-    dq.resize(q.size());
-    dk.resize(k.size());
-    dv.resize(v.size());
+    dq = Tensor::zeros(q.shape());
+    dk = Tensor::zeros(k.shape());
+    dv = Tensor::zeros(v.shape());
     p.dout = p.out;
     p.dq = {dq.data(), H * L * D, L * D, D};
     p.dk = {dk.data(), G * S * D, S * D, D};
@@ -194,7 +170,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
         c.probs_heads);
   check(c.probs_heads == 0 || (c.kernel == AttentionKernel::fused && !c.backward),
         "probs-heads: only with the fused forward");
-  Floats probs(static_cast<size_t>(c.probs_heads * B * L * S));
+  Tensor probs = Tensor::zeros({c.probs_heads, B, L, S});
   attention::cpu::ProbabilitiesRequest request;
   for (int64_t h = 0; h < c.probs_heads; ++h) request.heads.push_back(h);
   if (c.kernel == AttentionKernel::fused && c.backward) {
@@ -217,20 +193,21 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   // the previous run filled. They rotate over enough copies that the copies together are well
   // beyond the last-level cache.
   const bool decode = L <= 16 && !c.backward;
-  r.kv_copies = decode ? kv_copies_beyond_cache(4.0 * double(k.size() + v.size())) : 1;
-  Floats k_pool, v_pool;
+  r.kv_copies = decode ? kv_copies_beyond_cache(4.0 * double(k.numel() + v.numel())) : 1;
+  Tensor k_pool, v_pool;
   if (r.kv_copies > 1) {
-    k_pool.resize(k.size() * static_cast<size_t>(r.kv_copies));
-    v_pool.resize(v.size() * static_cast<size_t>(r.kv_copies));
+    const int64_t n = k.numel();  // K and V have the same shape
+    k_pool = Tensor::empty({r.kv_copies, n});
+    v_pool = Tensor::empty({r.kv_copies, n});
     for (int64_t i = 0; i < r.kv_copies; ++i) {
-      std::copy(k.begin(), k.end(), k_pool.begin() + i * static_cast<int64_t>(k.size()));
-      std::copy(v.begin(), v.end(), v_pool.begin() + i * static_cast<int64_t>(v.size()));
+      std::copy_n(k.data(), n, k_pool.data() + i * n);
+      std::copy_n(v.data(), n, v_pool.data() + i * n);
     }
     int64_t next = 0;
-    run = [&, body = run, next]() mutable {
-      const size_t at = static_cast<size_t>(next++ % r.kv_copies);
-      p.k.data = k_pool.data() + at * k.size();
-      p.v.data = v_pool.data() + at * v.size();
+    run = [&, body = run, n, next]() mutable {
+      const int64_t at = next++ % r.kv_copies;
+      p.k.data = k_pool.data() + at * n;
+      p.v.data = v_pool.data() + at * n;
       body();
     };
   }
@@ -256,8 +233,8 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   const double rss_start = resident_bytes("VmRSS");
   r.timing = time_runs(run, c.warmup, c.runs, between);
   r.extra_peak_bytes = std::max(0.0, resident_bytes("VmHWM") - rss_start);
-  r.io_bytes = 4.0 * double(q.size() + k.size() + v.size() + out.size() + lse.size() + dq.size() +
-                            dk.size() + dv.size());
+  r.io_bytes = 4.0 * double(q.numel() + k.numel() + v.numel() + out.numel() + lse.numel() +
+                            dq.numel() + dk.numel() + dv.numel());
   r.flops = 2.0 * double(B) * double(H) * double(L) * double(S) * double(2 * D);
   if (c.causal && L == S) r.flops /= 2;
   if (c.backward) r.flops *= 2.5;

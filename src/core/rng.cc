@@ -38,6 +38,10 @@ float Generator::uniform(float lo, float hi) {
   return lo + (hi - lo) * uniform_from_bits(next_u32());
 }
 
+void Generator::fill_uniform(float* x, int64_t n, float lo, float hi) {
+  for (int64_t i = 0; i < n; ++i) x[i] = uniform(lo, hi);
+}
+
 float Generator::normal(float mean, float stddev) {
   // u1 in (0, 1] so that log(u1) is finite.
   const double u1 = 1.0 - static_cast<double>(uniform_from_bits(next_u32()));

@@ -39,6 +39,8 @@ class Generator {
   uint32_t next_u32();
   // Uniform in [lo, hi).
   float uniform(float lo = 0.0f, float hi = 1.0f);
+  // x[0..n) ← uniform(lo, hi), in order.
+  void fill_uniform(float* x, int64_t n, float lo, float hi);
   // Standard normal (Box-Muller).
   float normal(float mean = 0.0f, float stddev = 1.0f);
 
