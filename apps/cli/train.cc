@@ -242,7 +242,7 @@ void add_eval(CLI::App& app) {
     const auto ids = loaded.tokenizer->encode(text);
     ThreadContext ctx(a->threads);
     const double loss = train::evaluate(ctx, loaded.model, ids, a->batch,
-                                        loaded.model.config().block_size, a->batches, 0.15f);
+                                        loaded.model.config().block_size, a->batches);
     if (a->json) {
       fmt::print(
           "{}\n",

@@ -220,18 +220,15 @@ PYBIND11_MODULE(_headlight, m) {
       .def_property(
           "head_gates",
           [](const PyMultiheadAttention& s) {
-            return to_numpy(contiguous_copy(s.module.head_gates().view()));
+            return gates_to_numpy(s.module.head_gates(), false, {s.module.config().num_heads});
           },
           [](PyMultiheadAttention& s, const py::object& gates) {
-            py::array g = as_float32(gates, "head_gates");
-            TensorView v = view_of(g);
-            check(v.shape() == s.module.head_gates().shape(), "head_gates: shape {} must be {}",
-                  shape_string(v.shape()), shape_string(s.module.head_gates().shape()));
-            s.module.head_gates() = contiguous_copy(v);
+            set_gates(s.module.head_gates(), gates, {s.module.config().num_heads}, "head_gates");
           })
       .def_property_readonly("head_gates_grad",
                              [](const PyMultiheadAttention& s) {
-                               return to_numpy(contiguous_copy(s.module.head_gates_grad().view()));
+                               return gates_to_numpy(s.module.head_gates(), true,
+                                                     {s.module.config().num_heads});
                              })
       .def("forward", &mha_forward, py::arg("query"), py::arg("key"), py::arg("value"),
            py::arg("key_padding_mask") = py::none(), py::arg("need_weights") = true,

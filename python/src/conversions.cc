@@ -1,6 +1,9 @@
 #include "conversions.h"
 
+#include <cstring>
 #include <string>
+
+#include "headlight/core/error.h"
 
 namespace headlight::python {
 
@@ -52,6 +55,26 @@ py::array to_numpy(Tensor&& tensor) {
     return py::array_t<bool>(shape, owned->data<bool>(), free_when_done);
   }
   return py::array_t<float>(shape, owned->data<float>(), free_when_done);
+}
+
+py::array_t<float> copy_to_numpy(const float* data, const Shape& shape) {
+  py::array_t<float> out(shape);
+  std::memcpy(out.mutable_data(), data, sizeof(float) * static_cast<size_t>(out.size()));
+  return out;
+}
+
+py::array_t<float> gates_to_numpy(const attention::HeadGates& gates, bool grads,
+                                  const Shape& shape) {
+  return copy_to_numpy(grads ? gates.grads() : gates.values(), shape);
+}
+
+void set_gates(attention::HeadGates& gates, const py::handle& values, const Shape& shape,
+               const char* what) {
+  const py::array a = as_float32(values, what);
+  const Tensor t = contiguous_copy(view_of(a));
+  check(t.shape() == shape, "{}: shape {} must be {}", what, shape_string(t.shape()),
+        shape_string(shape));
+  gates.restore({t.data(), static_cast<size_t>(t.numel())});
 }
 
 }  // namespace headlight::python

@@ -5,6 +5,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "headlight/attention/head_gates.h"
 #include "headlight/core/tensor.h"
 
 namespace headlight::python {
@@ -22,5 +23,14 @@ TensorView view_of(const py::array& array);
 
 // Moves `tensor` into a numpy array that owns it.
 py::array to_numpy(Tensor&& tensor);
+// A numpy copy of `data` with `shape` (contiguous float32).
+py::array_t<float> copy_to_numpy(const float* data, const Shape& shape);
+
+// Per-head gates (or their gradients) as a numpy array of `shape` ([heads] for a module, [layers,
+// heads] for a model), and new gate values from an array of that shape (ValueError naming `what`).
+py::array_t<float> gates_to_numpy(const attention::HeadGates& gates, bool grads,
+                                  const Shape& shape);
+void set_gates(attention::HeadGates& gates, const py::handle& values, const Shape& shape,
+               const char* what);
 
 }  // namespace headlight::python

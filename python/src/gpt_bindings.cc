@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "conversions.h"
 #include "headlight/core/error.h"
 #include "headlight/model/sampling.h"
 #include "headlight/train/checkpoint.h"
@@ -66,12 +67,6 @@ token_pair(const py::handle& tokens, const py::handle& targets, int64_t& batch, 
   return {std::move(x), std::move(y)};
 }
 
-py::array_t<float> copy_out(const float* data, std::vector<int64_t> shape) {
-  py::array_t<float> out(shape);
-  std::memcpy(out.mutable_data(), data, sizeof(float) * static_cast<size_t>(out.size()));
-  return out;
-}
-
 py::dict config_dict(const model::GPTConfig& c) {
   return py::module_::import("json").attr("loads")(model::to_json(c));
 }
@@ -84,7 +79,7 @@ model::GPTConfig config_from(const py::dict& d) {
 py::dict state_dict(const model::GPT& m, const float* base) {
   py::dict out;
   for (const auto& e : m.layout().entries())
-    out[py::str(e.name)] = copy_out(base + e.offset, e.shape);
+    out[py::str(e.name)] = copy_to_numpy(base + e.offset, e.shape);
   return out;
 }
 
@@ -167,7 +162,7 @@ void bind_gpt(py::module_& m) {
               py::gil_scoped_release release;
               logits = self.model->forward(self.ctx, arr.data(), b, t);
             }
-            return copy_out(logits, {b, t, self.model->config().vocab_size});
+            return copy_to_numpy(logits, {b, t, self.model->config().vocab_size});
           },
           py::arg("tokens"))
       .def(
@@ -255,21 +250,17 @@ void bind_gpt(py::module_& m) {
           "gates",
           [](const PyGPT& self) {
             const auto& c = self.model->config();
-            return copy_out(self.model->gates().data(), {c.n_layer, c.n_head});
+            return gates_to_numpy(self.model->gates(), false, {c.n_layer, c.n_head});
           },
           [](PyGPT& self, const py::object& g) {
             const auto& c = self.model->config();
-            auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(g);
-            check(a && a.size() == c.n_layer * c.n_head, "gates: expected [{}, {}] values",
-                  c.n_layer, c.n_head);
-            std::memcpy(self.model->gates().data(), a.data(),
-                        sizeof(float) * static_cast<size_t>(a.size()));
+            set_gates(self.model->gates(), g, {c.n_layer, c.n_head}, "gates");
           })
       .def_property_readonly(
           "gate_grads",
           [](const PyGPT& self) {
             const auto& c = self.model->config();
-            return copy_out(self.model->gate_grads().data(), {c.n_layer, c.n_head});
+            return gates_to_numpy(self.model->gates(), true, {c.n_layer, c.n_head});
           })
       .def(
           "clip_grad_norm",

@@ -70,9 +70,7 @@ MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& config, u
   }
   fill_uniform(add("out_proj.weight", {E, E}), g, 1.0f / std::sqrt(static_cast<float>(E)));
   if (c.bias) add("out_proj.bias", {E});
-  gates_ = Tensor::empty({c.num_heads});
-  gates_.fill(1.0f);
-  gates_grad_ = Tensor::zeros({c.num_heads});
+  gates_ = HeadGates(1, c.num_heads);
 }
 
 MultiheadAttention::~MultiheadAttention() = default;
@@ -255,8 +253,11 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
             row[s] = m;
           }
         }
-    o.mask = MaskOperand{MaskKind::additive,   k.mask.data(),   Nm > 1 ? Hm * Lm * Sx : 0,
-                         Hm > 1 ? Lm * Sx : 0, Lm > 1 ? Sx : 0, 1};
+    o.mask = MaskOperand{.kind = MaskKind::additive,
+                         .data = k.mask.data(),
+                         .batch_stride = Nm > 1 ? Hm * Lm * Sx : 0,
+                         .head_stride = Hm > 1 ? Lm * Sx : 0,
+                         .row_stride = Lm > 1 ? Sx : 0};
   }
   o.causal = opt.is_causal && !has_am;
   o.alignment = Alignment::top_left;
@@ -284,10 +285,8 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
 
   // ---- Gates and the output projection.
   k.gated = Tensor::empty({rows_q, E});
-  for (int64_t r = 0; r < rows_q; ++r)
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t e = 0; e < d; ++e)
-        k.gated.data()[r * E + h * d + e] = gates_.data()[h] * k.heads.data()[r * E + h * d + e];
+  gates_.forward(ctx, 0, {.rows = rows_q, .heads = H, .head_dim = d}, k.heads.data(),
+                 k.gated.data());
   MhaOutput out;
   out.output = Tensor::empty(query.shape());
   ops::linear_forward(ctx, {rows_q, E, E}, k.gated.data(), E, params_.at("out_proj.weight").data(),

@@ -38,17 +38,9 @@ MhaInputGrads MultiheadAttention::backward(ThreadContext& ctx, const TensorView&
 
   // ---- Gates.
   Tensor d_heads = Tensor::empty({rows_q, E});
-  for (int64_t h = 0; h < H; ++h) {
-    double dg = 0;
-    const float gate = gates_.data()[h];
-    for (int64_t r = 0; r < rows_q; ++r)
-      for (int64_t e = 0; e < d; ++e) {
-        const int64_t idx = r * E + h * d + e;
-        dg += static_cast<double>(d_gated.data()[idx]) * k.heads.data()[idx];
-        d_heads.data()[idx] = gate * d_gated.data()[idx];
-      }
-    gates_grad_.data()[h] = static_cast<float>(dg);
-  }
+  gates_.zero_grads();
+  gates_.backward(ctx, 0, {.rows = rows_q, .heads = H, .head_dim = d}, k.heads.data(),
+                  d_gated.data(), d_heads.data());
 
   // ---- Attention.
   AttentionParams p = k.params;

@@ -141,12 +141,12 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
       bs = batch_stride(mb, nb);
     }
     p.options.mask =
-        MaskOperand{m.dtype() == DType::boolean ? MaskKind::boolean : MaskKind::additive,
-                    mb.data(),
-                    *bs,
-                    mb.stride(-3),
-                    mb.stride(-2),
-                    mb.stride(-1)};
+        MaskOperand{.kind = m.dtype() == DType::boolean ? MaskKind::boolean : MaskKind::additive,
+                    .data = mb.data(),
+                    .batch_stride = *bs,
+                    .head_stride = mb.stride(-3),
+                    .row_stride = mb.stride(-2),
+                    .col_stride = mb.stride(-1)};
   }
   return r;
 }

@@ -134,6 +134,12 @@ std::vector<double> scores_for(ThreadContext& ctx, model::GPT& m, const Dataset&
   return {};
 }
 
+// The gates `saved` with `heads` switched off (their gates at 0).
+void switch_off(model::GPT& m, std::span<const float> saved, const std::vector<HeadId>& heads) {
+  m.gates().restore(saved);
+  for (const auto& [l, h] : heads) m.gates().at(l, h) = 0.0f;
+}
+
 // Heads to remove, chosen step by step as Michel et al. do: `targets` is the running total to reach
 // at each step; before each step the remaining heads are scored again with the removed ones
 // switched off (their gates at 0), and the lowest go. The model's gates are restored.
@@ -142,14 +148,10 @@ std::vector<HeadId> remove_step_by_step(
     const std::vector<int64_t>& targets,
     const std::function<void(const std::vector<HeadId>&)>& at_step) {
   const auto& c = m.config();
-  const std::vector<float> saved = m.gates();
-  auto gate_off = [&](const std::vector<HeadId>& heads) {
-    m.gates() = saved;
-    for (const auto& [l, h] : heads) m.gates()[static_cast<size_t>(l * c.n_head + h)] = 0.0f;
-  };
+  const std::vector<float> saved = m.gates().snapshot();
   std::vector<HeadId> removed;
   for (int64_t target : targets) {
-    gate_off(removed);
+    switch_off(m, saved, removed);
     std::vector<double> scores = scores_for(ctx, m, d, by);
     for (const auto& [l, h] : removed)
       scores[static_cast<size_t>(l * c.n_head + h)] = std::numeric_limits<double>::infinity();
@@ -157,11 +159,11 @@ std::vector<HeadId> remove_step_by_step(
     if (more > 0)
       for (const HeadId& id : heads_to_remove(c, scores, more, 0)) removed.push_back(id);
     if (at_step) {
-      gate_off(removed);
+      switch_off(m, saved, removed);
       at_step(removed);
     }
   }
-  m.gates() = saved;
+  m.gates().restore(saved);
   return removed;
 }
 
@@ -198,7 +200,7 @@ PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, dou
 std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const Dataset& d,
                                       int64_t random_seeds) {
   const auto& c = m.config();
-  const std::vector<float> saved = m.gates();
+  const std::vector<float> saved = m.gates().snapshot();
   const int64_t total = c.total_heads();
   std::vector<int64_t> targets;
   for (int step = 1; step <= 9; ++step)
@@ -213,15 +215,14 @@ std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const D
   for (int step = 1; step <= 9; ++step) {
     double sum = 0;
     for (int64_t s = 0; s < random_seeds; ++s) {
-      m.gates() = saved;
-      for (const auto& [l, h] : heads_to_remove(c, {}, targets[static_cast<size_t>(step - 1)],
-                                                static_cast<uint64_t>(s + 1)))
-        m.gates()[static_cast<size_t>(l * c.n_head + h)] = 0.0f;
+      switch_off(m, saved,
+                 heads_to_remove(c, {}, targets[static_cast<size_t>(step - 1)],
+                                 static_cast<uint64_t>(s + 1)));
       sum += dataset_loss(ctx, m, d);
     }
     out.push_back({"random", step / 10.0, sum / static_cast<double>(random_seeds)});
   }
-  m.gates() = saved;
+  m.gates().restore(saved);
   // Ordered by fraction, then importance, ablation, random.
   std::stable_sort(out.begin(), out.end(), [](const CurvePoint& a, const CurvePoint& b) {
     return a.fraction < b.fraction;

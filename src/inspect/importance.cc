@@ -9,31 +9,26 @@
 
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
+#include "headlight/train/objective.h"
 
 namespace headlight::inspect {
 
 Dataset make_dataset(std::span<const int32_t> data, const model::GPTConfig& c, int64_t seq,
                      int64_t max_sequences) {
   check(seq >= 1 && seq <= c.block_size, "seq: {} outside [1, block_size {}]", seq, c.block_size);
-  const int64_t extra = c.causal ? 1 : 0;
-  const int64_t windows = (static_cast<int64_t>(data.size()) - extra) / seq;
-  check(windows >= 1, "data: {} tokens, fewer than one window of {}", data.size(), seq + extra);
+  const train::Objective objective = train::Objective::of(c);
+  const int64_t windows = objective.windows(static_cast<int64_t>(data.size()), seq);
+  check(windows >= 1, "data: {} tokens, fewer than one window of {}", data.size(),
+        objective.span(seq));
   Dataset d;
   d.seq = seq;
   d.count = std::min(windows, max_sequences);
+  d.tokens.resize(static_cast<size_t>(d.count * seq));
+  d.targets.resize(d.tokens.size());
   Generator g(0x5EED);
   for (int64_t w = 0; w < d.count; ++w)
-    for (int64_t t = 0; t < seq; ++t) {
-      const size_t at = static_cast<size_t>(w * seq + t);
-      if (c.causal) {
-        d.tokens.push_back(data[at]);
-        d.targets.push_back(data[at + 1]);
-      } else {
-        const bool masked = g.uniform() < 0.15f;
-        d.tokens.push_back(masked ? static_cast<int32_t>(c.vocab_size - 1) : data[at]);
-        d.targets.push_back(masked ? data[at] : -1);
-      }
-    }
+    objective.fill(data.data() + w * seq, seq, g, d.tokens.data() + w * seq,
+                   d.targets.data() + w * seq);
   return d;
 }
 
@@ -57,7 +52,7 @@ std::vector<double> gradient_importance(ThreadContext& ctx, model::GPT& m, const
     m.zero_grads();
     m.forward_backward(ctx, d.tokens.data() + s * d.seq, d.targets.data() + s * d.seq, 1, d.seq);
     for (size_t i = 0; i < score.size(); ++i)
-      score[i] += std::abs(static_cast<double>(m.gates()[i]) * m.gate_grads()[i]);
+      score[i] += std::abs(static_cast<double>(m.gates().values()[i]) * m.gates().grads()[i]);
   }
   m.zero_grads();
   for (int64_t l = 0; l < L; ++l) {
@@ -77,7 +72,7 @@ std::vector<double> ablation_importance(ThreadContext& ctx, model::GPT& m, const
   std::vector<double> score(static_cast<size_t>(L * H), 0.0);
   for (int64_t l = 0; l < L; ++l)
     for (int64_t h = 0; h < c.heads(l); ++h) {
-      float& gate = m.gates()[static_cast<size_t>(l * H + h)];
+      float& gate = m.gates().at(l, h);
       const float saved = gate;
       if (saved == 0.0f) continue;  // already off: removing it changes nothing
       gate = 0.0f;
@@ -151,9 +146,8 @@ model::GPT prune_heads(const model::GPT& m, const std::vector<HeadId>& heads) {
     int64_t k = 0;
     for (int64_t h = 0; h < H; ++h)
       if (keep[l][h])
-        out.gates()[static_cast<size_t>(l * c.n_head + k++)] =
-            m.gates()[static_cast<size_t>(l * c.n_head + h)];
-    for (; k < c.n_head; ++k) out.gates()[static_cast<size_t>(l * c.n_head + k)] = 0.0f;
+        if (keep[l][h]) out.gates().at(l, k++) = m.gates().at(l, h);
+    for (; k < c.n_head; ++k) out.gates().at(l, k) = 0.0f;
   }
   return out;
 }

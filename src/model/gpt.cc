@@ -27,8 +27,7 @@ GPT::GPT(const GPTConfig& config, uint64_t seed)
       layout_(config),
       params_(static_cast<size_t>(layout_.total()), 0.0f),
       grads_(params_.size(), 0.0f),
-      gates_(static_cast<size_t>(config.n_layer * config.n_head), 1.0f),
-      gate_grads_(gates_.size(), 0.0f),
+      gates_(config.n_layer, config.n_head),
       state_(std::make_unique<State>()) {
   Generator gen(seed);
   const float proj_std = 0.02f / std::sqrt(2.0f * static_cast<float>(config.n_layer));
@@ -50,8 +49,7 @@ GPT::GPT(const TensorSource& source)
       layout_(config_),
       params_(static_cast<size_t>(layout_.total()), 0.0f),
       grads_(params_.size(), 0.0f),
-      gates_(static_cast<size_t>(config_.n_layer * config_.n_head), 1.0f),
-      gate_grads_(gates_.size(), 0.0f),
+      gates_(config_.n_layer, config_.n_head),
       state_(std::make_unique<State>()) {
   std::set<std::string> expected;
   for (const ParameterEntry& e : layout_.entries()) {
@@ -74,7 +72,7 @@ GPT::~GPT() = default;
 
 void GPT::zero_grads() {
   std::fill(grads_.begin(), grads_.end(), 0.0f);
-  std::fill(gate_grads_.begin(), gate_grads_.end(), 0.0f);
+  gates_.zero_grads();
 }
 
 void GPT::check_tokens(const int32_t* tokens, int64_t batch, int64_t seq, int64_t offset) const {

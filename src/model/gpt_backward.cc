@@ -106,24 +106,9 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     float* dattg = datt;
     linear_grads(ctx, {d.rows, d.H * d.hd, d.C}, a.attg.ptr(), P + o.proj_w, dres, dattg, false,
                  G + o.proj_w, maybe(G, o.proj_b));
-    // Gates: dgate_h = Σ dattg_h · att_h; datt_h = gate_h · dattg_h.
-    const float* gates = gates_.data() + l * c.n_head;
-    float* dgates = gate_grads_.data() + l * c.n_head;
-    const float* att = a.att.ptr();
-    ctx.parallel_for(d.H, [&](Range heads, int) {
-      for (int64_t h = heads.begin; h < heads.end; ++h) {
-        double sum = 0.0;
-        for (int64_t r = 0; r < d.rows; ++r) {
-          float* g = dattg + r * d.H * d.hd + h * d.hd;
-          const float* v = att + r * d.H * d.hd + h * d.hd;
-          for (int64_t j = 0; j < d.hd; ++j) {
-            sum += static_cast<double>(g[j]) * v[j];
-            g[j] *= gates[h];
-          }
-        }
-        dgates[h] += static_cast<float>(sum);
-      }
-    });
+    // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place).
+    gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
+                    dattg);
     attention::AttentionParams p =
         detail::attention_params(c, d, a.qkv.ptr(), a.att.ptr(), a.lse.ptr(), s.alibi.data());
     if (drop) {

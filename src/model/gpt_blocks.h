@@ -48,8 +48,4 @@ void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv
 // Fills the sinusoidal, rotary and ALiBi tables of the state once.
 void ensure_tables(const GPTConfig& c, GPT::State& s);
 
-// out[rows, H·hd] = att ⊙ gate per head (gates [H] of one layer).
-void apply_gates(ThreadContext& ctx, const Dims& d, const float* att, const float* gates,
-                 float* out);
-
 }  // namespace headlight::model::detail

@@ -85,19 +85,6 @@ void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv
   p.v = {vc, 0, block * d.hd, d.hd};
 }
 
-void apply_gates(ThreadContext& ctx, const Dims& d, const float* att, const float* gates,
-                 float* out) {
-  ctx.parallel_for(d.rows, [&](Range range, int) {
-    for (int64_t r = range.begin; r < range.end; ++r)
-      for (int64_t h = 0; h < d.H; ++h) {
-        const float g = gates[h];
-        const float* a = att + r * d.H * d.hd + h * d.hd;
-        float* o = out + r * d.H * d.hd + h * d.hd;
-        for (int64_t j = 0; j < d.hd; ++j) o[j] = a[j] * g;
-      }
-  });
-}
-
 }  // namespace detail
 
 using detail::Dims;
@@ -197,7 +184,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     }
     if (d.H > 0) attention::forward(ctx, p, options.kernel);
     float* attg = a.attg.get(d.rows * d.H * d.hd);
-    detail::apply_gates(ctx, d, att, gates_.data() + l * c.n_head, attg);
+    gates_.forward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, att, attg);
     ops::linear_forward(ctx, {d.rows, d.H * d.hd, d.C}, attg, d.H * d.hd, P + o.proj_w,
                         maybe(P, o.proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream);

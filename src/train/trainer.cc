@@ -13,6 +13,7 @@
 #include "headlight/core/rng.h"
 #include "headlight/io/safetensors.h"
 #include "headlight/train/checkpoint.h"
+#include "headlight/train/objective.h"
 
 namespace headlight::train {
 
@@ -67,7 +68,8 @@ void validate(const TrainOptions& o, const model::GPTConfig& c) {
 
 Batch make_batch(std::span<const int32_t> data, const model::GPTConfig& c, int64_t batch,
                  int64_t seq, uint64_t seed, int64_t step, float mask_fraction) {
-  const int64_t need = c.causal ? seq + 1 : seq;
+  const Objective objective = Objective::of(c, mask_fraction);
+  const int64_t need = objective.span(seq);
   check(static_cast<int64_t>(data.size()) >= need,
         "data: {} tokens are fewer than one window of {}", data.size(), need);
   Batch b;
@@ -77,29 +79,18 @@ Batch make_batch(std::span<const int32_t> data, const model::GPTConfig& c, int64
   const uint64_t choices = static_cast<uint64_t>(data.size()) - static_cast<uint64_t>(need) + 1;
   for (int64_t r = 0; r < batch; ++r) {
     const uint64_t start = ((static_cast<uint64_t>(g.next_u32()) << 32) | g.next_u32()) % choices;
-    for (int64_t t = 0; t < seq; ++t) {
-      const size_t i = static_cast<size_t>(r * seq + t);
-      const int32_t tok = data[start + static_cast<uint64_t>(t)];
-      if (c.causal) {
-        b.tokens[i] = tok;
-        b.targets[i] = data[start + static_cast<uint64_t>(t) + 1];
-      } else {
-        const bool masked = g.uniform() < mask_fraction;
-        b.tokens[i] = masked ? static_cast<int32_t>(c.vocab_size - 1) : tok;
-        b.targets[i] = masked ? tok : -1;
-      }
-    }
+    objective.fill(data.data() + start, seq, g, b.tokens.data() + r * seq,
+                   b.targets.data() + r * seq);
   }
   return b;
 }
 
 double evaluate(ThreadContext& ctx, model::GPT& m, std::span<const int32_t> data, int64_t batch,
                 int64_t seq, int64_t max_batches, float mask_fraction) {
-  const model::GPTConfig& c = m.config();
-  const int64_t need = c.causal ? seq + 1 : seq;
-  const int64_t windows = (static_cast<int64_t>(data.size()) - (need - seq)) / seq;
+  const Objective objective = Objective::of(m.config(), mask_fraction);
+  const int64_t windows = objective.windows(static_cast<int64_t>(data.size()), seq);
   check(windows > 0, "validation data: {} tokens are fewer than one window of {}", data.size(),
-        need);
+        objective.span(seq));
   double total = 0.0;
   int64_t batches = 0;
   for (int64_t w0 = 0; w0 < windows && batches < max_batches; w0 += batch, ++batches) {
@@ -107,18 +98,7 @@ double evaluate(ThreadContext& ctx, model::GPT& m, std::span<const int32_t> data
     std::vector<int32_t> x(static_cast<size_t>(rows * seq)), y(x.size());
     Generator g(mix(0xE7A1, static_cast<uint64_t>(batches), 0));
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t t = 0; t < seq; ++t) {
-        const size_t i = static_cast<size_t>(r * seq + t);
-        const size_t at = static_cast<size_t>((w0 + r) * seq + t);
-        if (c.causal) {
-          x[i] = data[at];
-          y[i] = data[at + 1];
-        } else {
-          const bool masked = g.uniform() < mask_fraction;
-          x[i] = masked ? static_cast<int32_t>(c.vocab_size - 1) : data[at];
-          y[i] = masked ? data[at] : -1;
-        }
-      }
+      objective.fill(data.data() + (w0 + r) * seq, seq, g, x.data() + r * seq, y.data() + r * seq);
     total += m.loss(ctx, x.data(), y.data(), rows, seq);
   }
   return total / static_cast<double>(batches);

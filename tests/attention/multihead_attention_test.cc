@@ -124,10 +124,10 @@ TEST(MultiheadAttention, ZeroGateRemovesTheHeadsContribution) {
   c.bias = false;
   MultiheadAttention m(c, 3);
   Tensor x = random_tensor({4, 1, 8}, 1);
-  m.head_gates().data()[1] = 0.0f;
+  m.head_gates().at(0, 1) = 0.0f;
   MhaOutput gated = m.forward(ctx, x.view(), x.view(), x.view());
   // The same as zeroing the columns of out_proj.weight that read head 1.
-  m.head_gates().fill(1.0f);
+  m.head_gates().at(0, 1) = 1.0f;
   for (int64_t o = 0; o < 8; ++o)
     for (int64_t e = 4; e < 8; ++e) m.parameter("out_proj.weight").data()[o * 8 + e] = 0.0f;
   MhaOutput pruned = m.forward(ctx, x.view(), x.view(), x.view());
@@ -147,7 +147,7 @@ TEST(MultiheadAttention, GateAndParameterGradientsMatchFiniteDifferences) {
   Tensor q = random_tensor({2, 3, 6}, 1), k = random_tensor({2, 4, 6}, 2),
          v = random_tensor({2, 4, 6}, 3);
   Tensor go = random_tensor({2, 3, 6}, 4);
-  m.head_gates().data()[0] = 0.7f;
+  m.head_gates().at(0, 0) = 0.7f;
   auto loss = [&] {
     MhaOutput o = m.forward(ctx, q.view(), k.view(), v.view());
     double l = 0;
@@ -167,8 +167,8 @@ TEST(MultiheadAttention, GateAndParameterGradientsMatchFiniteDifferences) {
     const double fd = (lp - lm) / (double(hi) - double(lo));
     EXPECT_NEAR(analytic, fd, 2e-3 * (1 + std::fabs(fd))) << what;
   };
-  Tensor gates_grad = contiguous_copy(m.head_gates_grad().view());
-  for (int h = 0; h < 3; ++h) check_fd(m.head_gates().data() + h, gates_grad.data()[h], "gate");
+  const std::vector<float> gates_grad(m.head_gates().grads(), m.head_gates().grads() + 3);
+  for (int h = 0; h < 3; ++h) check_fd(m.head_gates().values() + h, gates_grad[h], "gate");
   for (const std::string& name : m.parameter_names()) {
     Tensor grad = contiguous_copy(m.grad(name).view());
     for (int64_t i = 0; i < grad.numel(); i += 3)

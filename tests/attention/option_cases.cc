@@ -38,18 +38,30 @@ std::vector<OptionCase> option_cases() {
   add("bool_mask_per_head", {2, 2, 2, 4, 5, 3, 3}, [](CaseData& d) {
     d.bool_mask.resize(2 * 2 * 4 * 5);
     for (size_t i = 0; i < d.bool_mask.size(); ++i) d.bool_mask[i] = (i * 7 + 3) % 4 != 0;
-    d.options.mask = {MaskKind::boolean, d.bool_mask.data(), 2 * 4 * 5, 4 * 5, 5, 1};
+    d.options.mask = {.kind = MaskKind::boolean,
+                      .data = d.bool_mask.data(),
+                      .batch_stride = 2 * 4 * 5,
+                      .head_stride = 4 * 5,
+                      .row_stride = 5};
   });
   add("bool_mask_broadcast_over_batch_and_heads", {2, 3, 3, 4, 5, 3, 3}, [](CaseData& d) {
     d.bool_mask.resize(4 * 5);
     for (size_t i = 0; i < d.bool_mask.size(); ++i) d.bool_mask[i] = (i * 5 + 1) % 3 != 0;
-    d.options.mask = {MaskKind::boolean, d.bool_mask.data(), 0, 0, 5, 1};
+    d.options.mask = {.kind = MaskKind::boolean,
+                      .data = d.bool_mask.data(),
+                      .batch_stride = 0,
+                      .head_stride = 0,
+                      .row_stride = 5};
   });
   add("additive_mask_with_minus_inf", {1, 2, 2, 4, 5, 3, 3}, [inf](CaseData& d) {
     d.float_mask.resize(2 * 4 * 5);
     for (size_t i = 0; i < d.float_mask.size(); ++i)
       d.float_mask[i] = i % 6 == 0 ? -inf : 0.3f * static_cast<float>(i % 5) - 0.6f;
-    d.options.mask = {MaskKind::additive, d.float_mask.data(), 0, 4 * 5, 5, 1};
+    d.options.mask = {.kind = MaskKind::additive,
+                      .data = d.float_mask.data(),
+                      .batch_stride = 0,
+                      .head_stride = 4 * 5,
+                      .row_stride = 5};
   });
   add("alibi", {1, 4, 4, 5, 5, 3, 3}, [](CaseData& d) {
     d.slopes = {0.5f, 0.25f, 0.125f, 0.0625f};
@@ -83,7 +95,11 @@ std::vector<OptionCase> option_cases() {
     o.softcap = 3.0f;
     d.bool_mask.resize(5 * 7);
     for (size_t i = 0; i < d.bool_mask.size(); ++i) d.bool_mask[i] = i % 5 != 1;
-    o.mask = {MaskKind::boolean, d.bool_mask.data(), 0, 0, 7, 1};
+    o.mask = {.kind = MaskKind::boolean,
+              .data = d.bool_mask.data(),
+              .batch_stride = 0,
+              .head_stride = 0,
+              .row_stride = 7};
     o.dropout_p = 0.2f;
     o.dropout_seed = 5;
   });

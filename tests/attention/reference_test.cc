@@ -48,7 +48,7 @@ TEST(ReferenceForward, FullyMaskedRowGivesZerosAndMinusInfLse) {
   o.window_left = 0;
   std::vector<uint8_t> mask(3 * 4, 1);
   mask[0 * 4 + 1] = 0;  // query 0 only saw key 1
-  o.mask = MaskOperand{MaskKind::boolean, mask.data(), 0, 0, 4, 1};
+  o.mask = MaskOperand{.kind = MaskKind::boolean, .data = mask.data(), .row_stride = 4};
   reference::forward(pr.params(o));
   EXPECT_EQ(pr.out[0], 0.0f);
   EXPECT_EQ(pr.out[1], 0.0f);

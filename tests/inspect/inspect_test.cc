@@ -132,7 +132,7 @@ TEST(Importance, AGatedOffHeadScoresZero) {
   model::GPT m(config(), 1);
   ThreadContext ctx(2);
   const Dataset d = make_dataset(data(600), m.config(), 32, 8);
-  m.gates()[5] = 0.0f;  // layer 1, head 1
+  m.gates().at(1, 1) = 0.0f;
   const auto grad = gradient_importance(ctx, m, d);
   const auto abl = ablation_importance(ctx, m, d);
   EXPECT_EQ(grad[5], 0.0);
@@ -157,7 +157,7 @@ TEST(Prune, ThePrunedModelComputesWhatTheGatedModelComputes) {
   EXPECT_EQ(small.config().heads(0), 3);
   EXPECT_EQ(small.config().heads(1), 2);
   EXPECT_LT(small.layout().total(), m.layout().total());
-  for (const auto& [l, h] : remove) m.gates()[static_cast<size_t>(l * 4 + h)] = 0.0f;
+  for (const auto& [l, h] : remove) m.gates().at(l, h) = 0.0f;
   const float* a = m.forward(ctx, tokens.data(), 1, 32);
   std::vector<float> want(a, a + 32 * 41);
   const float* b = small.forward(ctx, tokens.data(), 1, 32);
@@ -174,7 +174,7 @@ TEST(Prune, CurveCoversEveryFractionAndMethod) {
   model::GPT m(config(), 2);
   ThreadContext ctx(2);
   const Dataset d = make_dataset(data(600), m.config(), 32, 4);
-  const auto gates = m.gates();
+  const auto gates = m.gates().snapshot();
   const auto curve = pruning_curve(ctx, m, d, 2);
   ASSERT_EQ(curve.size(), 27u);
   for (size_t i = 0; i < curve.size(); ++i) {
@@ -183,7 +183,7 @@ TEST(Prune, CurveCoversEveryFractionAndMethod) {
               (std::vector<std::string>{"importance", "ablation", "random"}[i % 3]));
     EXPECT_TRUE(std::isfinite(curve[i].loss));
   }
-  EXPECT_EQ(m.gates(), gates);  // the model is left as it was
+  EXPECT_EQ(m.gates().snapshot(), gates);  // the model is left as it was
 }
 
 TEST(Prune, HeadsToRemoveFollowsScoresOrSeed) {

@@ -203,12 +203,12 @@ TEST(GPT, GateZeroRemovesAHeadAndItsGradientIsExact) {
   const auto x = tokens_for(24, c.vocab_size, 1), y = tokens_for(24, c.vocab_size, 2);
   m.zero_grads();
   m.forward_backward(ctx, x.data(), y.data(), 1, 24);
-  const double g = m.gate_grads()[5];
+  const double g = m.gates().grads()[5];
   // Central difference of the loss in gate (layer 1, head 1).
   const float h = 1e-2f;
-  m.gates()[5] = 1.0f + h;
+  m.gates().values()[5] = 1.0f + h;
   const double up = m.loss(ctx, x.data(), y.data(), 1, 24);
-  m.gates()[5] = 1.0f - h;
+  m.gates().values()[5] = 1.0f - h;
   const double down = m.loss(ctx, x.data(), y.data(), 1, 24);
   EXPECT_NEAR(g, (up - down) / (2 * h), 2e-3 * std::max(1.0, std::abs(g)));
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "headlight/attention/dispatch.h"
+#include "headlight/attention/head_gates.h"
 #include "headlight/core/tensor.h"
 #include "headlight/core/thread_context.h"
 
@@ -85,10 +86,10 @@ class MultiheadAttention {
   // Loads every parameter; throws naming the key on a missing, unexpected or wrongly shaped entry.
   void load_state_dict(const std::map<std::string, TensorView>& state);
 
-  // Per-head output multipliers [num_heads], 1 by default; their gradient after backward().
-  Tensor& head_gates() { return gates_; }
-  const Tensor& head_gates() const { return gates_; }
-  const Tensor& head_gates_grad() const { return gates_grad_; }
+  // Per-head output multipliers (head_gates.h: one layer of num_heads), 1 by default; their
+  // gradient after backward() (overwritten, like the parameters').
+  HeadGates& head_gates() { return gates_; }
+  const HeadGates& head_gates() const { return gates_; }
 
   MhaOutput forward(ThreadContext& ctx, const TensorView& query, const TensorView& key,
                     const TensorView& value, const MhaForwardOptions& options = {});
@@ -103,7 +104,7 @@ class MultiheadAttention {
   std::vector<std::string> names_;
   std::map<std::string, Tensor> params_;
   std::map<std::string, Tensor> grads_;
-  Tensor gates_, gates_grad_;
+  HeadGates gates_;
   bool training_ = true;
   uint64_t dropout_seed_ = 0;
   std::unique_ptr<Cache> cache_;

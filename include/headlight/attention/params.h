@@ -52,6 +52,22 @@ struct MaskOperand {
   int64_t head_stride = 0;
   int64_t row_stride = 0;
   int64_t col_stride = 1;
+
+  // Whether a boolean mask allows (b, h, i, j); true for every other kind.
+  bool allows(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (kind != MaskKind::boolean) return true;
+    return static_cast<const uint8_t*>(data)[offset(b, h, i, j)] != 0;
+  }
+  // The value an additive mask adds at (b, h, i, j); 0 for every other kind.
+  float bias(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    if (kind != MaskKind::additive) return 0.0f;
+    return static_cast<const float*>(data)[offset(b, h, i, j)];
+  }
+
+ private:
+  int64_t offset(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return b * batch_stride + h * head_stride + i * row_stride + j * col_stride;
+  }
 };
 
 struct AttentionShape {

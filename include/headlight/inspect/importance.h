@@ -28,8 +28,8 @@ struct Dataset {
   std::vector<int32_t> tokens, targets;  // [count, seq] each
   int64_t count = 0, seq = 0;
 };
-// Up to max_sequences windows of seq tokens (targets shifted by one for decoders; a seeded mask of
-// 15% for encoders, whose mask token is vocab_size − 1).
+// Up to max_sequences consecutive windows of seq inputs with the model's training objective
+// (train/objective.h; encoders' masks drawn from a fixed seed).
 Dataset make_dataset(std::span<const int32_t> data, const model::GPTConfig& c, int64_t seq,
                      int64_t max_sequences);
 

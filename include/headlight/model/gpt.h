@@ -9,8 +9,8 @@
 // c_attn(x); mlp(x) = c_proj(gelu(c_fc(x))). Dropout (training only) on the embeddings, the
 // attention probabilities and both residual branches, from a counter-based RNG keyed by the seed.
 //
-// Per-head gates (default 1) scale each head's output before c_proj; their gradients are what the
-// head-importance score of Michel et al. needs. Gates are not part of the checkpoint.
+// Per-head gates (attention/head_gates.h, default 1) scale each head's output before c_proj; their
+// gradients are what the head-importance score of Michel et al. needs.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "headlight/attention/dispatch.h"
+#include "headlight/attention/head_gates.h"
 #include "headlight/core/tensor_source.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/model/config.h"
@@ -62,9 +63,8 @@ class GPT {
   float* grad(const std::string& name) { return grads_.data() + layout_.at(name).offset; }
 
   // [n_layer, n_head] gates and their gradients (accumulated by forward_backward).
-  std::vector<float>& gates() { return gates_; }
-  const std::vector<float>& gates() const { return gates_; }
-  const std::vector<float>& gate_grads() const { return gate_grads_; }
+  attention::HeadGates& gates() { return gates_; }
+  const attention::HeadGates& gates() const { return gates_; }
   // Zeroes the parameter and gate gradients.
   void zero_grads();
 
@@ -72,7 +72,7 @@ class GPT {
   const float* forward(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
                        const ForwardOptions& options = {});
   // The forward, the mean cross-entropy against targets [B, T] (−1 ignores a position), and the
-  // backward: gradients are added into grads() and gate_grads(). Returns the loss.
+  // backward: gradients are added into grads() and gates().grads(). Returns the loss.
   double forward_backward(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets,
                           int64_t batch, int64_t seq, const ForwardOptions& options = {});
   // The mean cross-entropy alone (no gradients).
@@ -101,8 +101,7 @@ class GPT {
   ParameterLayout layout_;
   std::vector<float> params_;
   std::vector<float> grads_;
-  std::vector<float> gates_;
-  std::vector<float> gate_grads_;
+  attention::HeadGates gates_;
   std::unique_ptr<State> state_;
 };
 

@@ -1,10 +1,7 @@
 // The training loop: batches drawn from a token stream by a seeded counter (so a run is the same
 // for any thread count and resumes exactly), AdamW with warmup + cosine, gradient clipping,
 // periodic evaluation, checkpoints (model + optimizer state for --resume) and a JSONL metrics log.
-//
-// Decoders (causal) learn the next token. Encoders (causal = false) learn masked tokens: a fraction
-// of positions has its input replaced by the mask token (vocab_size − 1, which the tokenizer must
-// leave unused) and only those positions count in the loss.
+// Decoders learn the next token, encoders masked tokens (train/objective.h).
 #pragma once
 
 #include <cstdint>
@@ -17,6 +14,7 @@
 #include "headlight/core/thread_context.h"
 #include "headlight/model/gpt.h"
 #include "headlight/model/tokenizer.h"
+#include "headlight/train/objective.h"
 #include "headlight/train/optimizer.h"
 
 namespace headlight::train {
@@ -33,10 +31,10 @@ struct TrainOptions {
   int64_t log_every = 10;        // metrics log lines
   int64_t checkpoint_every = 0;  // 0: at each evaluation; the final checkpoint is always written
   uint64_t seed = 1337;
-  float mask_fraction = 0.15f;  // encoders only
-  std::string out;              // model checkpoint path ("" writes none)
-  std::string metrics;          // JSONL path ("" writes none)
-  bool resume = false;          // continue from out's optimizer state
+  float mask_fraction = kMaskFraction;  // encoders only
+  std::string out;                      // model checkpoint path ("" writes none)
+  std::string metrics;                  // JSONL path ("" writes none)
+  bool resume = false;                  // continue from out's optimizer state
 };
 
 // Throws Error naming the option when inconsistent with the model or the data.
@@ -72,7 +70,7 @@ Batch make_batch(std::span<const int32_t> data, const model::GPTConfig& c, int64
 
 // The mean loss over up to max_batches batches of consecutive windows from the start of `data`.
 double evaluate(ThreadContext& ctx, model::GPT& m, std::span<const int32_t> data, int64_t batch,
-                int64_t seq, int64_t max_batches, float mask_fraction);
+                int64_t seq, int64_t max_batches, float mask_fraction = kMaskFraction);
 
 TrainResult train_model(ThreadContext& ctx, model::GPT& m, const model::Tokenizer* tokenizer,
                         std::span<const int32_t> train_data, std::span<const int32_t> val_data,

@@ -9,7 +9,6 @@
 #include "headlight/core/rng.h"
 #include "headlight/core/tensor.h"
 #include "src/attention/cpu/flash_kernels.h"
-#include "src/attention/reference/row_scores.h"
 
 namespace headlight::attention::cpu {
 
@@ -64,14 +63,13 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
     const float slope = o.alibi_slopes ? o.alibi_slopes[h] : 0.0f;
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t j = j0 + c;
-      if (j < range.lo || j > range.hi || !reference::mask_allows(o.mask, b, h, i, j)) {
+      if (j < range.lo || j > range.hi || !o.mask.allows(b, h, i, j)) {
         row[c] = kNegInf;
         continue;
       }
       float x = row[c];
       if (o.alibi_slopes) x -= slope * static_cast<float>(std::llabs(pos - j));
-      if (o.mask.kind == MaskKind::additive)
-        x += static_cast<float>(reference::mask_bias(o.mask, b, h, i, j));
+      if (o.mask.kind == MaskKind::additive) x += o.mask.bias(b, h, i, j);
       row[c] = x;
     }
   }

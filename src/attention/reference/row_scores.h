@@ -21,18 +21,6 @@ struct RowScores {
   double lse = -std::numeric_limits<double>::infinity();
 };
 
-inline bool mask_allows(const MaskOperand& m, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (m.kind != MaskKind::boolean) return true;
-  const auto* bytes = static_cast<const uint8_t*>(m.data);
-  return bytes[b * m.batch_stride + h * m.head_stride + i * m.row_stride + j * m.col_stride] != 0;
-}
-
-inline double mask_bias(const MaskOperand& m, int64_t b, int64_t h, int64_t i, int64_t j) {
-  if (m.kind != MaskKind::additive) return 0.0;
-  const auto* f = static_cast<const float*>(m.data);
-  return f[b * m.batch_stride + h * m.head_stride + i * m.row_stride + j * m.col_stride];
-}
-
 // Fills `row` for query (b, h, i).
 inline void score_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, RowScores& row) {
   const AttentionShape& sh = p.shape;
@@ -53,7 +41,7 @@ inline void score_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i,
     for (int64_t e = 0; e < sh.head_dim; ++e) dot += static_cast<double>(qi[e]) * kj[e];
     const double raw = scale * dot;
     row.raw[j] = raw;
-    bool allowed = mask_allows(o.mask, b, h, i, j);
+    bool allowed = o.mask.allows(b, h, i, j);
     if (o.causal && j > pos) allowed = false;
     if (o.window_left >= 0 && j < pos - o.window_left) allowed = false;
     if (o.window_right >= 0 && j > pos + o.window_right) allowed = false;
@@ -61,7 +49,7 @@ inline void score_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i,
     if (!allowed) continue;
     double s = o.softcap > 0 ? o.softcap * std::tanh(raw / o.softcap) : raw;
     if (o.alibi_slopes) s -= static_cast<double>(o.alibi_slopes[h]) * std::fabs(double(pos - j));
-    s += mask_bias(o.mask, b, h, i, j);
+    s += static_cast<double>(o.mask.bias(b, h, i, j));
     row.s[j] = s;
   }
   // Softmax with the running maximum; NaN scores propagate into this row only.
