@@ -14,6 +14,7 @@
 #include "commands.h"
 #include "headlight/attention/multihead_attention.h"
 #include "headlight/core/rng.h"
+#include "options.h"
 
 namespace headlight::cli {
 namespace {
@@ -62,8 +63,9 @@ void add_attention_demo(CLI::App& app) {
       "attention-demo",
       "Multi-head self-attention over a sentence; each head's attention as a heatmap");
   cmd->add_option("--text", args->text, "Words separated by spaces")->capture_default_str();
-  cmd->add_option("--heads", args->heads, "Attention heads")->capture_default_str();
-  cmd->add_option("--embed-dim", args->embed_dim, "Embedding width")->capture_default_str();
+  positive(cmd->add_option("--heads", args->heads, "Attention heads")->capture_default_str());
+  positive(
+      cmd->add_option("--embed-dim", args->embed_dim, "Embedding width")->capture_default_str());
   cmd->add_option("--seed", args->seed, "Seed of the weights and embeddings")
       ->capture_default_str();
   cmd->add_flag("--causal", args->causal, "Causal mask (each word sees only earlier words)");

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "headlight/bench/benchmarks.h"
+#include "options.h"
 
 namespace headlight::cli {
 namespace {
@@ -30,9 +31,9 @@ void add_bench(CLI::App& app) {
   auto peak_args = std::make_shared<PeakArgs>();
   auto* peak =
       bench->add_subcommand("peak", "FP32 FMA peak (GFLOP/s) of an in-register microbenchmark");
-  peak->add_option("--threads", peak_args->threads, "Threads")->capture_default_str();
-  peak->add_option("--repeats", peak_args->repeats, "Repeats (the best is reported)")
-      ->capture_default_str();
+  add_threads_option(peak, peak_args->threads, 2);
+  positive(peak->add_option("--repeats", peak_args->repeats, "Repeats (the best is reported)")
+               ->capture_default_str());
   peak->add_flag("--json", peak_args->json, "Machine-readable output");
   peak->callback([peak_args] {
     const bench::PeakReport r = bench::measure_peak(peak_args->threads, peak_args->repeats);
@@ -56,8 +57,8 @@ void add_bench(CLI::App& app) {
   auto bw = std::make_shared<BandwidthArgs>();
   auto* bandwidth =
       bench->add_subcommand("bandwidth", "Memory read bandwidth (streaming SIMD sum)");
-  bandwidth->add_option("--threads", bw->threads, "Threads")->capture_default_str();
-  bandwidth->add_option("--mib", bw->mib, "Buffer size in MiB")->capture_default_str();
+  add_threads_option(bandwidth, bw->threads, 2);
+  positive(bandwidth->add_option("--mib", bw->mib, "Buffer size in MiB")->capture_default_str());
   bandwidth->add_flag("--json", bw->json, "Machine-readable output");
   bandwidth->callback([bw] {
     const bench::BandwidthReport r = bench::measure_bandwidth(bw->threads, bw->mib);
@@ -76,12 +77,12 @@ void add_bench(CLI::App& app) {
   auto mm_json = std::make_shared<bool>(false);
   auto* matmul = bench->add_subcommand(
       "matmul", "oneDNN matrix product C[m,n] = A[m,k]·B[k,n] (B stored [n,k])");
-  matmul->add_option("--m", mm->m, "Rows of A and C")->capture_default_str();
-  matmul->add_option("--n", mm->n, "Columns of B and C")->capture_default_str();
-  matmul->add_option("--k", mm->k, "Inner dimension")->capture_default_str();
-  matmul->add_option("--threads", mm->threads, "Threads")->capture_default_str();
-  matmul->add_option("--runs", mm->runs, "Timed runs (the median is reported)")
-      ->capture_default_str();
+  positive(matmul->add_option("--m", mm->m, "Rows of A and C")->capture_default_str());
+  positive(matmul->add_option("--n", mm->n, "Columns of B and C")->capture_default_str());
+  positive(matmul->add_option("--k", mm->k, "Inner dimension")->capture_default_str());
+  add_threads_option(matmul, mm->threads, mm->threads);
+  positive(matmul->add_option("--runs", mm->runs, "Timed runs (the median is reported)")
+               ->capture_default_str());
   matmul->add_flag("--json", *mm_json, "Machine-readable output");
   matmul->callback([mm, mm_json] {
     const bench::MatmulBenchReport r = bench::bench_matmul(*mm);
@@ -111,22 +112,25 @@ void add_bench_attention(CLI::App& bench) {
   auto json = std::make_shared<bool>(false);
   auto kernel = std::make_shared<std::string>("fused");
   auto* cmd = bench.add_subcommand("attention", "Attention forward (or backward) GFLOP/s");
-  cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str();
-  cmd->add_option("--heads", c->heads, "Query heads")->capture_default_str();
-  cmd->add_option("--kv-heads", c->kv_heads, "Key/value heads (default: --heads)");
-  cmd->add_option("--seq", c->seq, "Query length")->capture_default_str();
-  cmd->add_option("--seq-kv", c->seq_kv, "Key/value length (default: --seq)");
-  cmd->add_option("--head-dim", c->head_dim, "Head dimension")->capture_default_str();
+  positive(cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str());
+  positive(cmd->add_option("--heads", c->heads, "Query heads")->capture_default_str());
+  positive(cmd->add_option("--kv-heads", c->kv_heads, "Key/value heads (default: --heads)"));
+  positive(cmd->add_option("--seq", c->seq, "Query length")->capture_default_str());
+  positive(cmd->add_option("--seq-kv", c->seq_kv, "Key/value length (default: --seq)"));
+  positive(cmd->add_option("--head-dim", c->head_dim, "Head dimension")->capture_default_str());
   cmd->add_flag("--causal", c->causal, "Causal mask");
   cmd->add_flag("--backward", c->backward, "Time the backward pass");
-  cmd->add_option("--probs-heads", c->probs_heads,
-                  "Also recompute the exact probabilities of this many heads (need_weights)");
-  cmd->add_option("--threads", c->threads, "Threads")->capture_default_str();
+  at_least(cmd->add_option("--probs-heads", c->probs_heads,
+                           "Also recompute the exact probabilities of this many heads "
+                           "(need_weights)"),
+           0);
+  add_threads_option(cmd, c->threads, c->threads);
   cmd->add_option("--kernel", *kernel, "fused | reference | unfused (oneDNN products + softmax)")
       ->check(CLI::IsMember({"fused", "reference", "unfused"}))
       ->capture_default_str();
-  cmd->add_option("--runs", c->runs, "Timed runs (the median is reported)")->capture_default_str();
-  cmd->add_option("--warmup", c->warmup, "Untimed runs first")->capture_default_str();
+  positive(cmd->add_option("--runs", c->runs, "Timed runs (the median is reported)")
+               ->capture_default_str());
+  at_least(cmd->add_option("--warmup", c->warmup, "Untimed runs first")->capture_default_str(), 0);
   cmd->add_flag("--json", *json, "Machine-readable output");
   cmd->callback([c, json, kernel] {
     c->kernel = *kernel == "reference" ? bench::AttentionKernel::reference

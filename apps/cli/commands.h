@@ -4,13 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "headlight/train/corpus.h"
-
 namespace headlight::cli {
-
-// --references, --drills, --drill-words and --echoes: the detective corpus's shape, shared by
-// `corpus detective`, `train` and `sweep`.
-void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape);
 
 void add_version(CLI::App& app);
 void add_attention_demo(CLI::App& app);

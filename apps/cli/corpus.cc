@@ -6,28 +6,9 @@
 
 #include "commands.h"
 #include "headlight/train/corpus.h"
+#include "options.h"
 
 namespace headlight::cli {
-
-void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape) {
-  cmd->add_option("--references", shape.references, "Pronoun sentences per detective story")
-      ->capture_default_str();
-  cmd->add_option("--drills", shape.drills,
-                  "Fraction of detective stories followed by a recall line")
-      ->capture_default_str();
-  cmd->add_option("--drill-words", shape.drill_words, "Longest recall line, in words (4..64)")
-      ->capture_default_str();
-  cmd->add_flag("--drill-log-lengths", shape.drill_log_lengths,
-                "Draw recall lines' lengths log-uniformly (as many short as long) instead of "
-                "uniformly");
-  cmd->add_option("--echoes", shape.echoes,
-                  "Fraction of detective stories followed by a run of their own words again")
-      ->capture_default_str();
-  cmd->add_flag("--signatures,!--no-signatures", shape.signatures,
-                "Reference sentences first name the antecedent's signature (\"put on her scarf\"), "
-                "which only its identity tells")
-      ->capture_default_str();
-}
 
 void add_corpus(CLI::App& app) {
   auto* cmd = app.add_subcommand("corpus", "Generate a built-in corpus");
@@ -41,7 +22,8 @@ void add_corpus(CLI::App& app) {
   auto* det = cmd->add_subcommand(
       "detective", "Short stories where a pronoun refers back to one of two or three characters");
   det->add_option("--split", args->split, "train, validation or test")->capture_default_str();
-  det->add_option("--stories", args->o.stories, "Number of stories")->capture_default_str();
+  positive(
+      det->add_option("--stories", args->o.stories, "Number of stories")->capture_default_str());
   det->add_option("--seed", args->o.seed, "Base seed (each split has its own stream)")
       ->capture_default_str();
   add_corpus_shape_options(det, args->o);

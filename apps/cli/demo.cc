@@ -3,17 +3,19 @@
 // `--retrain` trains that model from scratch first with the recipe of models/README.md.
 
 #include <filesystem>
-#include <fstream>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "headlight/core/atomic_file.h"
 #include "headlight/core/error.h"
 #include "headlight/inspect/explain.h"
 #include "headlight/train/checkpoint.h"
 #include "headlight/train/corpus.h"
 #include "headlight/train/trainer.h"
 #include "headlight/viz/report.h"
+#include "options.h"
 
 namespace headlight::cli {
 
@@ -34,10 +36,46 @@ struct ExplainArgs {
   bool signatures = false;  // the model was trained on stories with signatures
 };
 
+// Each output file, opened before the analysis so that a path that cannot be written fails at once
+// (and nothing is left half-written if a later step fails).
+struct ExplainOutputs {
+  AtomicFile report;
+  std::optional<AtomicFile> capture_json, npy, png;
+  explicit ExplainOutputs(const ExplainArgs& a) : report(with_folder(a.report)) {
+    if (!a.capture_json.empty()) capture_json.emplace(a.capture_json);
+    if (!a.npy.empty()) npy.emplace(a.npy);
+    if (!a.png.empty()) png.emplace(a.png);
+  }
+  // The report's folder is made when missing (demo/ in a fresh clone).
+  static std::string with_folder(const std::string& path) {
+    const std::filesystem::path p(path);
+    if (p.has_parent_path() && !std::filesystem::is_directory(p.parent_path()))
+      std::filesystem::create_directories(p.parent_path());
+    return path;
+  }
+};
+
+viz::ReportInput report_input(const std::string& model_path, const model::GPTConfig& c,
+                              const inspect::Explanation& e, const std::string& attention) {
+  viz::ReportInput in;
+  in.title = "headlight: what each head does";
+  in.model_summary = fmt::format("{}: {} layers × {} heads, n_embd {}, {} positions, {} tokens",
+                                 model_path, c.n_layer, c.n_head, c.n_embd,
+                                 model::positional_name(c.positional), c.vocab_size);
+  in.continuation = e.continuation;
+  in.summary = e.summary;
+  in.attention = attention;
+  in.heads = inspect::head_table_json(e.heads);
+  in.curve = inspect::curve_json(e.curve);
+  if (const inspect::HeadRow* f = inspect::focus_head(e.heads)) in.focus = {f->layer, f->head};
+  return in;
+}
+
 void run_explain(train::LoadedModel& loaded, const std::string& model_path, const std::string& text,
                  const ExplainArgs& a) {
   check(loaded.tokenizer.has_value(), "{}: the checkpoint has no tokenizer to read text with",
         model_path);
+  ExplainOutputs out(a);
   ThreadContext ctx(a.threads);
   inspect::ExplainOptions o;
   o.sequences = a.sequences;
@@ -46,40 +84,25 @@ void run_explain(train::LoadedModel& loaded, const std::string& model_path, cons
   const inspect::Explanation e = inspect::explain(ctx, loaded.model, *loaded.tokenizer, text, o);
   fmt::print("{}{}\n\n", text, e.continuation);
   for (const std::string& line : e.summary) fmt::print("• {}\n", line);
-  viz::ReportInput in;
-  in.title = "headlight: what each head does";
-  const auto& c = loaded.model.config();
-  in.model_summary = fmt::format("{}: {} layers × {} heads, n_embd {}, {} positions, {} tokens",
-                                 model_path, c.n_layer, c.n_head, c.n_embd,
-                                 model::positional_name(c.positional), c.vocab_size);
-  in.continuation = e.continuation;
-  in.summary = e.summary;
-  in.capture = &e.capture;
-  in.heads = e.heads;
-  in.curve = e.curve;
-  viz::write_report(a.report, in);
+  const std::string attention = inspect::to_json(e.capture);
+  viz::write_report(out.report, report_input(model_path, loaded.model.config(), e, attention));
   fmt::print("\nwrote {}\n", a.report);
-  if (!a.capture_json.empty()) {
-    std::ofstream out(a.capture_json);
-    check(out.good(), "--capture-json: cannot write {}", a.capture_json);
-    out << inspect::to_json(e.capture) << "\n";
+  if (out.capture_json) {
+    out.capture_json->write(attention + "\n");
+    out.capture_json->commit();
     fmt::print("wrote {}\n", a.capture_json);
   }
-  if (!a.npy.empty()) {
-    inspect::write_npy(a.npy, e.capture.probs.data(),
+  if (out.npy) {
+    inspect::write_npy(*out.npy, e.capture.probs.data(),
                        {e.capture.n_layer, e.capture.n_head, e.capture.seq, e.capture.seq});
     fmt::print("wrote {}\n", a.npy);
   }
-  if (!a.png.empty()) {
-    // The heatmap of the head the report opens with (the best coreference head).
-    const inspect::HeadRow* best = nullptr;
-    for (const auto& h : e.heads)
-      if (!best || h.scores.coreference > best->scores.coreference) best = &h;
-    if (best) {
-      viz::write_heatmap_png(a.png, e.capture.head(best->layer, best->head), e.capture.seq,
-                             e.capture.seq);
-      fmt::print("wrote {} (layer {} head {})\n", a.png, best->layer, best->head);
-    }
+  // The heatmap of the head the report opens with (the best coreference head).
+  const inspect::HeadRow* focus = inspect::focus_head(e.heads);
+  if (out.png && focus) {
+    viz::write_heatmap_png(*out.png, e.capture.head(focus->layer, focus->head), e.capture.seq,
+                           e.capture.seq);
+    fmt::print("wrote {} (layer {} head {})\n", a.png, focus->layer, focus->head);
   }
 }
 
@@ -89,10 +112,11 @@ void add_explain_options(CLI::App* cmd, ExplainArgs& a) {
   cmd->add_option("--capture-json", a.capture_json,
                   "Also write the capture (tokens, words, statistics, probabilities) as JSON");
   cmd->add_option("--npy", a.npy, "Also write the probabilities [layer, head, T, T] as .npy");
-  cmd->add_option("--sequences", a.sequences, "Validation sequences for importance and pruning")
-      ->capture_default_str();
+  positive(
+      cmd->add_option("--sequences", a.sequences, "Validation sequences for importance and pruning")
+          ->capture_default_str());
   cmd->add_flag("--no-curve", a.no_curve, "Skip the pruning curves (faster)");
-  cmd->add_option("--threads", a.threads, "Threads (0: all)")->capture_default_str();
+  add_threads_option(cmd, a.threads);
   cmd->add_flag("--signatures", a.signatures,
                 "The model was trained on detective stories with signatures: score coreference "
                 "by name from the possessive before the signature");

@@ -9,6 +9,7 @@
 #include "headlight/core/error.h"
 #include "headlight/model/sampling.h"
 #include "headlight/train/checkpoint.h"
+#include "options.h"
 
 namespace headlight::cli {
 
@@ -28,17 +29,21 @@ void add_generate(CLI::App& app) {
   auto* cmd = app.add_subcommand("generate", "Continue a prompt (KV-cached decoding)");
   cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
   cmd->add_option("--prompt", a->prompt, "Text to continue")->capture_default_str();
-  cmd->add_option("--tokens", a->tokens, "New tokens")->capture_default_str();
-  cmd->add_option("--temperature", a->sampling.temperature, "Sampling temperature (0: greedy)")
-      ->capture_default_str();
-  cmd->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely (0: all)")
-      ->capture_default_str();
-  cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling threshold")
-      ->capture_default_str();
+  at_least(cmd->add_option("--tokens", a->tokens, "New tokens")->capture_default_str(), 0);
+  at_least(
+      cmd->add_option("--temperature", a->sampling.temperature, "Sampling temperature (0: greedy)")
+          ->capture_default_str(),
+      0);
+  at_least(cmd->add_option("--top-k", a->sampling.top_k, "Sample among the k most likely (0: all)")
+               ->capture_default_str(),
+           0);
+  positive(in_range(cmd->add_option("--top-p", a->sampling.top_p, "Nucleus sampling threshold")
+                        ->capture_default_str(),
+                    0, 1));
   cmd->add_option("--seed", a->sampling.seed, "Sampling seed")->capture_default_str();
   cmd->add_flag("--greedy", a->greedy, "Always the most likely token (temperature 0)");
   cmd->add_flag("--stats", a->stats, "Print the generation speed (tokens/s) to stderr");
-  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->callback([a] {
     train::LoadedModel loaded = train::load_model(a->model);
     check(loaded.tokenizer.has_value(), "{}: the checkpoint has no tokenizer", a->model);

@@ -9,6 +9,7 @@
 #include "headlight/core/error.h"
 #include "headlight/inspect/analysis.h"
 #include "headlight/train/checkpoint.h"
+#include "options.h"
 
 namespace headlight::cli {
 
@@ -37,9 +38,9 @@ struct DataArgs {
   void add(CLI::App* cmd) {
     cmd->add_option("--corpus", corpus, "\"detective\" (its validation split) or a text file")
         ->capture_default_str();
-    cmd->add_option("--sequences", sequences, "Evaluation sequences of block_size tokens")
-        ->capture_default_str();
-    cmd->add_option("--threads", threads, "Threads (0: all)")->capture_default_str();
+    positive(cmd->add_option("--sequences", sequences, "Evaluation sequences of block_size tokens")
+                 ->capture_default_str());
+    add_threads_option(cmd, threads);
     cmd->add_flag("--json", json, "Print JSON");
     cmd->add_flag("--signatures", signatures,
                   "Detective stories with signatures (for a model trained with them): evaluation "
@@ -82,7 +83,7 @@ void add_heads(CLI::App& app) {
     o.signatures = a->signatures;
     const auto rows = inspect::head_table(ctx, l.model.model, l.tokenizer, l.data, o);
     if (a->json) {
-      fmt::print("{}\n", inspect::head_table_json(rows));
+      fmt::print("{{\"heads\":{}}}\n", inspect::head_table_json(rows));
       return;
     }
     print_table(rows);
@@ -99,8 +100,9 @@ void add_prune(CLI::App& app) {
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("prune", "Remove heads physically and measure the effect");
   cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
-  cmd->add_option("--fraction", a->fraction, "Fraction of the heads to remove")
-      ->capture_default_str();
+  in_range(cmd->add_option("--fraction", a->fraction, "Fraction of the heads to remove")
+               ->capture_default_str(),
+           0, 1);
   cmd->add_option("--by", a->by, "importance, ablation or random")->capture_default_str();
   cmd->add_option("--out", a->out, "Where to write the smaller checkpoint");
   cmd->add_option("--seed", a->seed, "Seed of the random choice")->capture_default_str();
@@ -116,10 +118,7 @@ void add_prune(CLI::App& app) {
     if (a->curve) {
       const auto points = inspect::pruning_curve(ctx, loaded.model, d);
       if (a->json) {
-        auto j = nlohmann::json::array();
-        for (const auto& p : points)
-          j.push_back({{"method", p.method}, {"fraction", p.fraction}, {"loss", p.loss}});
-        fmt::print("{}\n", nlohmann::json{{"curve", j}}.dump());
+        fmt::print("{{\"curve\":{}}}\n", inspect::curve_json(points));
         return;
       }
       fmt::print("{:>8} {:>11} {:>9} {:>9}\n", "fraction", "importance", "ablation", "random");
@@ -154,10 +153,9 @@ void add_prune(CLI::App& app) {
 
 void add_sweep(CLI::App& app) {
   struct Args {
-    model::GPTConfig model;
+    ModelOptions model;
     inspect::SweepOptions sweep;
     std::string tokenizer = "byte";
-    std::string positional = "learned";
     int threads = 0;
     bool json = false;
   };
@@ -166,46 +164,39 @@ void add_sweep(CLI::App& app) {
   a->sweep.train.eval_every = 300;
   a->sweep.train.schedule = {2e-3f, 2e-4f, 30, 300};
   auto* cmd = app.add_subcommand("sweep", "Train one model per head count at equal n_embd");
-  cmd->add_option("--heads", a->sweep.heads, "Head counts")->delimiter(',')->capture_default_str();
-  cmd->add_option("--n-embd", a->model.n_embd, "Embedding width")->capture_default_str();
-  cmd->add_option("--n-layer", a->model.n_layer, "Layers")->capture_default_str();
-  cmd->add_option("--block-size", a->model.block_size, "Context length")->capture_default_str();
-  cmd->add_option("--positional", a->positional, "learned, sinusoidal, rope, alibi or none")
-      ->capture_default_str();
-  cmd->add_option("--steps", a->sweep.train.steps, "Training steps per model")
-      ->capture_default_str();
-  cmd->add_option("--batch", a->sweep.train.batch, "Sequences per step")->capture_default_str();
-  cmd->add_option("--lr", a->sweep.train.schedule.lr, "Peak learning rate")->capture_default_str();
+  positive(cmd->add_option("--heads", a->sweep.heads, "Head counts")
+               ->delimiter(',')
+               ->capture_default_str());
+  a->model.add(cmd, false);
+  positive(cmd->add_option("--steps", a->sweep.train.steps, "Training steps per model")
+               ->capture_default_str());
+  positive(cmd->add_option("--batch", a->sweep.train.batch, "Sequences per step")
+               ->capture_default_str());
+  positive(cmd->add_option("--lr", a->sweep.train.schedule.lr, "Peak learning rate")
+               ->capture_default_str());
   cmd->add_option("--corpus", a->sweep.corpus, "\"detective\" or a text file")
       ->capture_default_str();
-  cmd->add_option("--tokenizer", a->tokenizer, "byte or bpe:VOCAB")->capture_default_str();
-  cmd->add_option("--stories", a->sweep.stories, "Training stories")->capture_default_str();
+  cmd->add_option("--tokenizer", a->tokenizer,
+                  "byte, bpe:VOCAB (learnt from the corpus) or a JSON file")
+      ->capture_default_str();
+  positive(
+      cmd->add_option("--stories", a->sweep.stories, "Training stories")->capture_default_str());
   add_corpus_shape_options(cmd, a->sweep.shape);
   cmd->add_option("--seed", a->sweep.train.seed, "Seed")->capture_default_str();
-  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
     ThreadContext ctx(a->threads);
-    a->model.positional = model::parse_positional(a->positional);
+    const model::GPTConfig base = a->model.config();
     const train::TextSplits text =
         train::load_text(a->sweep.corpus, a->sweep.stories, 1, a->sweep.shape);
-    const model::Tokenizer tok =
-        a->tokenizer.rfind("bpe:", 0) == 0
-            ? model::Tokenizer::train_bpe(text.train, std::stoll(a->tokenizer.substr(4)))
-            : model::Tokenizer::byte_level();
+    const model::Tokenizer tok = make_tokenizer(a->tokenizer, text.train);
     inspect::SweepOptions o = a->sweep;
     o.train.schedule.total = o.train.steps;
     o.train.eval_every = o.train.steps;
-    const auto rows = inspect::head_sweep(ctx, a->model, tok, o);
+    const auto rows = inspect::head_sweep(ctx, base, tok, o);
     if (a->json) {
-      auto j = nlohmann::json::array();
-      for (const auto& r : rows)
-        j.push_back({{"heads", r.heads},
-                     {"val_loss", r.val_loss},
-                     {"tokens_per_second", r.tokens_per_second},
-                     {"seconds", r.seconds},
-                     {"best_scores", nlohmann::json::parse(inspect::scores_json(r.best))}});
-      fmt::print("{}\n", nlohmann::json{{"sweep", j}}.dump());
+      fmt::print("{{\"sweep\":{}}}\n", inspect::sweep_json(rows));
       return;
     }
     fmt::print(
@@ -213,7 +204,7 @@ void add_sweep(CLI::App& app) {
         "best coreference |\n|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto& r : rows)
       fmt::print("| {} | {} | {:.4f} | {:.0f} | {:.3f} | {:.3f} | {:.3f} |\n", r.heads,
-                 a->model.n_embd / r.heads, r.val_loss, r.tokens_per_second, r.best.previous_token,
+                 base.n_embd / r.heads, r.val_loss, r.tokens_per_second, r.best.previous_token,
                  r.best.induction, r.best.coreference);
   });
 }

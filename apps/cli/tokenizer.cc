@@ -1,13 +1,13 @@
 // headlight tokenizer train: learns a byte-level BPE from a corpus and writes it as JSON.
 
-#include <fstream>
-
 #include <fmt/format.h>
 
 #include "commands.h"
+#include "headlight/core/atomic_file.h"
 #include "headlight/core/error.h"
 #include "headlight/model/tokenizer.h"
 #include "headlight/train/corpus.h"
+#include "options.h"
 
 namespace headlight::cli {
 
@@ -25,18 +25,20 @@ void add_tokenizer(CLI::App& app) {
   auto* train = cmd->add_subcommand("train", "Learn a byte-level BPE tokenizer from a corpus");
   train->add_option("--corpus", args->corpus, "\"detective\" or a text file")
       ->capture_default_str();
-  train->add_option("--vocab", args->vocab, "Vocabulary size (≥ 256)")->capture_default_str();
-  train->add_option("--stories", args->stories, "Stories of the detective corpus")
-      ->capture_default_str();
+  at_least(
+      train->add_option("--vocab", args->vocab, "Vocabulary size (≥ 256)")->capture_default_str(),
+      256);
+  positive(train->add_option("--stories", args->stories, "Stories of the detective corpus")
+               ->capture_default_str());
   train->add_option("--seed", args->seed, "Corpus seed")->capture_default_str();
   train->add_option("--out", args->out, "Where to write the tokenizer (JSON)")
       ->capture_default_str();
   train->callback([args] {
     const auto text = train::load_text(args->corpus, args->stories, 1, {.seed = args->seed});
     const auto tok = model::Tokenizer::train_bpe(text.train, args->vocab);
-    std::ofstream out(args->out);
-    check(out.good(), "--out: cannot write {}", args->out);
-    out << tok.to_json() << "\n";
+    AtomicFile out(args->out);
+    out.write(tok.to_json() + "\n");
+    out.commit();
     const auto ids = tok.encode(text.train);
     fmt::print(
         "tokenizer: {} tokens ({} merges) written to {}; the corpus is {} bytes → {} tokens "

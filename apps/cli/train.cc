@@ -16,16 +16,14 @@
 #include "headlight/train/checkpoint.h"
 #include "headlight/train/corpus.h"
 #include "headlight/train/trainer.h"
+#include "options.h"
 
 namespace headlight::cli {
 
 namespace {
 
 struct TrainArgs {
-  model::GPTConfig model;
-  std::string positional = "learned", norm = "layernorm";
-  bool post_norm = false, no_bias = false, encoder = false, untied = false;
-  int64_t n_kv_head = 0;  // 0: n_head
+  ModelOptions model;
   train::TrainOptions train;
   float lr = 2e-3f, min_lr = 2e-4f;
   int64_t warmup = 100;
@@ -67,18 +65,6 @@ void report(const train::StepReport& r, int64_t log_every, bool tty) {
   }
 }
 
-std::optional<model::Tokenizer> make_tokenizer(const std::string& spec, const std::string& text) {
-  if (spec == "byte") return model::Tokenizer::byte_level();
-  if (spec.rfind("bpe:", 0) == 0)
-    return model::Tokenizer::train_bpe(text, std::stoll(spec.substr(4)));
-  std::ifstream in(spec);
-  check(in.good(), "--tokenizer: expected byte, bpe:VOCAB or a tokenizer JSON file, got \"{}\"",
-        spec);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return model::Tokenizer::from_json(buf.str());
-}
-
 }  // namespace
 
 void add_train(CLI::App& app) {
@@ -90,46 +76,38 @@ void add_train(CLI::App& app) {
   auto* tokenizer = cmd->add_option("--tokenizer", a->tokenizer,
                                     "byte, bpe:VOCAB (learnt from the corpus) or a JSON file")
                         ->capture_default_str();
-  cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
-      ->capture_default_str();
-  cmd->add_option("--val-stories", a->val_stories, "Validation stories")->capture_default_str();
+  positive(cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
+               ->capture_default_str());
+  positive(cmd->add_option("--val-stories", a->val_stories, "Validation stories")
+               ->capture_default_str());
   add_corpus_shape_options(cmd, a->shape);
   cmd->add_option("--corpus-seed", a->shape.seed, "Seed of the detective corpus")
       ->capture_default_str();
   auto* m = cmd->add_option_group("model");
-  m->add_option("--n-layer", a->model.n_layer, "Layers")->capture_default_str();
-  m->add_option("--n-head", a->model.n_head, "Attention heads")->capture_default_str();
-  m->add_option("--n-kv-head", a->n_kv_head, "Key/value heads (default: n-head)");
-  m->add_option("--n-embd", a->model.n_embd, "Embedding width")->capture_default_str();
-  m->add_option("--block-size", a->model.block_size, "Context length")->capture_default_str();
-  m->add_option("--positional", a->positional, "learned, sinusoidal, rope, alibi or none")
-      ->capture_default_str();
-  m->add_option("--norm", a->norm, "layernorm or rmsnorm")->capture_default_str();
-  m->add_option("--mlp-ratio", a->model.mlp_ratio, "MLP width / n-embd")->capture_default_str();
-  m->add_option("--dropout", a->model.dropout, "Dropout probability")->capture_default_str();
-  m->add_flag("--post-norm", a->post_norm, "Post-norm blocks (original Transformer)");
-  m->add_flag("--no-bias", a->no_bias, "No biases in linear layers and norms");
-  m->add_flag("--encoder", a->encoder, "Bidirectional encoder trained on masked tokens");
-  m->add_flag("--untied", a->untied, "A separate lm_head instead of the token embedding");
+  a->model.add(m);
   auto* t = cmd->add_option_group("training");
-  t->add_option("--steps", a->train.steps, "Optimizer steps")->capture_default_str();
-  t->add_option("--batch", a->train.batch, "Sequences per step")->capture_default_str();
-  t->add_option("--seq", a->train.seq, "Tokens per sequence (0: block size)")
-      ->capture_default_str();
-  t->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str();
-  t->add_option("--min-lr", a->min_lr, "Final learning rate")->capture_default_str();
-  t->add_option("--warmup", a->warmup, "Warmup steps")->capture_default_str();
-  t->add_option("--weight-decay", a->train.adam.weight_decay, "AdamW weight decay")
-      ->capture_default_str();
-  t->add_option("--grad-clip", a->train.grad_clip, "Gradient norm clip (0: off)")
-      ->capture_default_str();
-  t->add_option("--eval-every", a->train.eval_every, "Steps between evaluations")
-      ->capture_default_str();
-  t->add_option("--eval-batches", a->train.eval_batches, "Batches per evaluation")
-      ->capture_default_str();
-  t->add_option("--checkpoint-every", a->train.checkpoint_every,
-                "Steps between checkpoints (0: at evaluations)")
-      ->capture_default_str();
+  positive(t->add_option("--steps", a->train.steps, "Optimizer steps")->capture_default_str());
+  positive(t->add_option("--batch", a->train.batch, "Sequences per step")->capture_default_str());
+  at_least(t->add_option("--seq", a->train.seq, "Tokens per sequence (0: block size)")
+               ->capture_default_str(),
+           0);
+  positive(t->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str());
+  at_least(t->add_option("--min-lr", a->min_lr, "Final learning rate")->capture_default_str(), 0);
+  at_least(t->add_option("--warmup", a->warmup, "Warmup steps")->capture_default_str(), 0);
+  at_least(t->add_option("--weight-decay", a->train.adam.weight_decay, "AdamW weight decay")
+               ->capture_default_str(),
+           0);
+  at_least(t->add_option("--grad-clip", a->train.grad_clip, "Gradient norm clip (0: off)")
+               ->capture_default_str(),
+           0);
+  positive(t->add_option("--eval-every", a->train.eval_every, "Steps between evaluations")
+               ->capture_default_str());
+  positive(t->add_option("--eval-batches", a->train.eval_batches, "Batches per evaluation")
+               ->capture_default_str());
+  at_least(t->add_option("--checkpoint-every", a->train.checkpoint_every,
+                         "Steps between checkpoints (0: at evaluations)")
+               ->capture_default_str(),
+           0);
   t->add_option("--seed", a->train.seed, "Seed of the weights, batches and dropout")
       ->capture_default_str();
   t->add_option("--metrics", a->train.metrics, "JSONL metrics log");
@@ -138,7 +116,7 @@ void add_train(CLI::App& app) {
                 "Start from this checkpoint's weights and tokenizer (fine-tuning: a new optimizer "
                 "and schedule; the model options are the checkpoint's)")
       ->excludes("--resume");
-  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  add_threads_option(cmd, a->threads);
   cmd->add_flag("--json", a->json, "Print the result as JSON");
   cmd->callback([a, m, tokenizer] {
     // A run that starts from a checkpoint takes its model and tokenizer: options that would
@@ -152,14 +130,7 @@ void add_train(CLI::App& app) {
               a->train.resume ? "--resume" : "--init", a->train.resume ? a->out : a->init,
               opt->get_name());
     }
-    model::GPTConfig c = a->model;
-    c.positional = model::parse_positional(a->positional);
-    c.norm = model::parse_norm(a->norm);
-    c.norm_first = !a->post_norm;
-    c.bias = !a->no_bias;
-    c.causal = !a->encoder;
-    c.tied_embeddings = !a->untied;
-    c.n_kv_head = a->n_kv_head > 0 ? a->n_kv_head : c.n_head;
+    model::GPTConfig c = a->model.config();
     const train::TextSplits text =
         train::load_text(a->corpus, a->stories, a->val_stories, a->shape);
     ThreadContext ctx(a->threads);
@@ -222,11 +193,11 @@ void add_eval(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--split", a->split, "Detective split: validation or test")
       ->capture_default_str();
-  cmd->add_option("--stories", a->stories, "Detective stories")->capture_default_str();
+  positive(cmd->add_option("--stories", a->stories, "Detective stories")->capture_default_str());
   cmd->add_option("--corpus-seed", a->seed, "Seed of the detective corpus")->capture_default_str();
-  cmd->add_option("--batch", a->batch, "Sequences per batch")->capture_default_str();
-  cmd->add_option("--max-batches", a->batches, "Most batches to evaluate");
-  cmd->add_option("--threads", a->threads, "Threads (0: all)")->capture_default_str();
+  positive(cmd->add_option("--batch", a->batch, "Sequences per batch")->capture_default_str());
+  positive(cmd->add_option("--max-batches", a->batches, "Most batches to evaluate"));
+  add_threads_option(cmd, a->threads);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
     train::LoadedModel loaded = train::load_model(a->model);

@@ -91,7 +91,32 @@ std::string head_table_json(const std::vector<HeadRow>& rows) {
                      {"importance", r.importance},
                      {"ablation", r.ablation},
                      {"scores", nlohmann::json::parse(scores_json(r.scores))}});
-  return nlohmann::json{{"heads", heads}}.dump();
+  return heads.dump();
+}
+
+const HeadRow* focus_head(const std::vector<HeadRow>& rows) {
+  const HeadRow* best = nullptr;
+  for (const HeadRow& r : rows)
+    if (!best || r.scores.coreference > best->scores.coreference) best = &r;
+  return best;
+}
+
+std::string curve_json(const std::vector<CurvePoint>& points) {
+  auto j = nlohmann::json::array();
+  for (const CurvePoint& p : points)
+    j.push_back({{"method", p.method}, {"fraction", p.fraction}, {"loss", p.loss}});
+  return j.dump();
+}
+
+std::string sweep_json(const std::vector<SweepRow>& rows) {
+  auto j = nlohmann::json::array();
+  for (const SweepRow& r : rows)
+    j.push_back({{"heads", r.heads},
+                 {"val_loss", r.val_loss},
+                 {"tokens_per_second", r.tokens_per_second},
+                 {"seconds", r.seconds},
+                 {"best_scores", nlohmann::json::parse(scores_json(r.best))}});
+  return j.dump();
 }
 
 PruneBy parse_prune_by(const std::string& name) {

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "headlight/core/atomic_file.h"
 #include "headlight/core/error.h"
 
 namespace headlight::inspect {
@@ -175,7 +176,7 @@ std::string to_json(const Capture& c, bool include_probs) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+void write_npy(AtomicFile& out, const float* data, const std::vector<int64_t>& shape) {
   std::string dims;
   int64_t n = 1;
   for (int64_t s : shape) {
@@ -190,19 +191,13 @@ void write_npy(const std::string& path, const float* data, const std::vector<int
   const size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header += '\n';
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    check(out.good(), "{}: cannot write", path);
-    out.write("\x93NUMPY\x01\x00", 8);
-    const uint16_t len = static_cast<uint16_t>(header.size());
-    const char len_bytes[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
-    out.write(len_bytes, 2);
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * 4));
-    check(out.good(), "{}: writing failed", path);
-  }
-  std::filesystem::rename(tmp, path);
+  out.write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  const char len_bytes[2] = {static_cast<char>(len & 0xff), static_cast<char>(len >> 8)};
+  out.write(len_bytes, 2);
+  out.write(header);
+  out.write(data, static_cast<size_t>(n) * 4);
+  out.commit();
 }
 
 }  // namespace headlight::inspect

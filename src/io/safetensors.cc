@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "headlight/core/atomic_file.h"
 #include "headlight/core/error.h"
 
 namespace headlight::io {
@@ -298,48 +299,15 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
   }
   std::string text = header.dump();
   text.append((8 - text.size() % 8) % 8, ' ');  // keep the data 8-byte aligned
-  const std::filesystem::path target(path);
-  const std::filesystem::path dir = target.has_parent_path() ? target.parent_path() : ".";
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
-  const int fd = ::mkstemp(tmp.data());
-  check(fd >= 0, "{}: cannot create a temporary file in {} ({})", path, dir.string(),
-        std::strerror(errno));
-  // mkstemp creates the file 0600; give it the permissions a plain create would (0666 & ~umask).
-  const mode_t mask = ::umask(0);
-  ::umask(mask);
-  ::fchmod(fd, 0666 & ~mask);
-  auto write_all = [&](const void* data, size_t bytes) {
-    const char* p = static_cast<const char*>(data);
-    while (bytes > 0) {
-      const ssize_t w = ::write(fd, p, bytes);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      p += w;
-      bytes -= static_cast<size_t>(w);
-    }
-    return true;
-  };
+  AtomicFile out(path);
   uint8_t len[8];
   const uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(n >> (8 * i));
-  bool ok = write_all(len, 8) && write_all(text.data(), text.size());
-  for (const TensorToWrite& t : tensors) {
-    if (!ok) break;
-    ok = write_all(t.data, static_cast<size_t>(checked_numel(t.shape, t.name)) * 4);
-  }
-  const int saved_errno = errno;
-  ok = ok && ::fsync(fd) == 0;
-  ok = (::close(fd) == 0) && ok;
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const int err = ok ? errno : saved_errno;
-    ::unlink(tmp.c_str());
-    fail("{}: writing failed ({}); nothing was written", path, std::strerror(err));
-  }
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  out.write(len, 8);
+  out.write(text);
+  for (const TensorToWrite& t : tensors)
+    out.write(t.data, static_cast<size_t>(checked_numel(t.shape, t.name)) * 4);
+  out.commit();
 }
 
 }  // namespace headlight::io

@@ -6,29 +6,24 @@
 #include <filesystem>
 #include <vector>
 
+#include "headlight/core/atomic_file.h"
 #include "headlight/core/error.h"
 #include "headlight/viz/report.h"
 
 namespace headlight::viz {
 
-void write_heatmap_png(const std::string& path, const float* p, int64_t rows, int64_t cols,
-                       int cell) {
+void write_heatmap_png(AtomicFile& out, const float* p, int64_t rows, int64_t cols, int cell) {
   check(rows > 0 && cols > 0 && cell > 0 && rows * cell <= 65536 && cols * cell <= 65536,
         "heatmap: {} × {} entries of {} pixels do not make a valid image", rows, cols, cell);
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "wb");
-  check(f != nullptr, "{}: cannot write", path);
   png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, nullptr, nullptr, nullptr);
   png_infop info = png ? png_create_info_struct(png) : nullptr;
   if (!png || !info || setjmp(png_jmpbuf(png))) {
     png_destroy_write_struct(&png, &info);
-    std::fclose(f);
-    std::remove(tmp.c_str());
-    fail("{}: libpng failed to encode the heatmap", path);
+    fail("heatmap: libpng failed to encode it");
   }
   const auto width = static_cast<png_uint_32>(cols * cell),
              height = static_cast<png_uint_32>(rows * cell);
-  png_init_io(png, f);
+  png_init_io(png, out.stream());
   png_set_IHDR(png, info, width, height, 8, PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
                PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_write_info(png, info);
@@ -47,12 +42,7 @@ void write_heatmap_png(const std::string& path, const float* p, int64_t rows, in
   }
   png_write_end(png, nullptr);
   png_destroy_write_struct(&png, &info);
-  const bool ok = std::fclose(f) == 0;
-  if (!ok) {
-    std::remove(tmp.c_str());
-    fail("{}: writing failed", path);
-  }
-  std::filesystem::rename(tmp, path);
+  out.commit();
 }
 
 }  // namespace headlight::viz

@@ -179,7 +179,7 @@ plot("sweep", [{name: "val loss", colour: "#1f77b4", points: D.sweep.map(r => [r
 if (D.sweep.length) {
   const t = el("table"); t.append(el("tr"));
   t.innerHTML = "<tr><th>heads</th><th>val loss</th><th>tokens/s</th><th>best previous-token</th><th>best induction</th><th>best coreference</th></tr>" +
-    D.sweep.map(r => `<tr><td>${r.heads}</td><td>${r.val_loss.toFixed(4)}</td><td>${Math.round(r.tokens_per_second)}</td><td>${r.previous_token.toFixed(3)}</td><td>${r.induction.toFixed(3)}</td><td>${r.coreference.toFixed(3)}</td></tr>`).join("");
+    D.sweep.map(r => `<tr><td>${r.heads}</td><td>${r.val_loss.toFixed(4)}</td><td>${Math.round(r.tokens_per_second)}</td><td>${r.best_scores.previous_token.toFixed(3)}</td><td>${r.best_scores.induction.toFixed(3)}</td><td>${r.best_scores.coreference.toFixed(3)}</td></tr>`).join("");
   document.getElementById("sweep").append(t);
 }
 document.body.dataset.rendered = "ok";

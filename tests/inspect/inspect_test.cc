@@ -76,7 +76,8 @@ TEST(Capture, WordsStatsAndNpy) {
   EXPECT_DOUBLE_EQ(s.entropy, 0.0);
   const std::string path = (std::filesystem::temp_directory_path() / "hl_test.npy").string();
   const std::vector<float> data = {1, 2, 3, 4, 5, 6};
-  write_npy(path, data.data(), {2, 3});
+  AtomicFile out(path);
+  write_npy(out, data.data(), {2, 3});
   std::ifstream in(path, std::ios::binary);
   std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_EQ(bytes.substr(0, 6), "\x93NUMPY");

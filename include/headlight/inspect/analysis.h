@@ -37,9 +37,14 @@ struct HeadRow {
 std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
                                 const model::Tokenizer* tokenizer, const Dataset& d,
                                 const RoleOptions& o);
+// The head the report opens with: the best coreference head (nullptr when rows is empty).
+const HeadRow* focus_head(const std::vector<HeadRow>& rows);
+// JSON documents that `headlight` prints with --json and the report draws (viz/report.h):
+// [{"layer", "head", "role", "importance", "ablation", "scores": scores_json}, …]
 std::string head_table_json(const std::vector<HeadRow>& rows);
-// {"previous_token": x, "first_token": x, "self": x, "local": x, "induction": x,
-//  "coreference": x, "coreference_accuracy": x}
+// {"previous_token": x, "previous_token_text": x, "first_token": x, "self": x, "local": x,
+//  "induction": x, "coreference": x, "coreference_accuracy": x, "coreference_sentence": x,
+//  "coreference_sentence_accuracy": x}
 std::string scores_json(const RoleScores& s);
 
 enum class PruneBy { importance, ablation, random };
@@ -72,6 +77,8 @@ struct CurvePoint {
 // computes (tested).
 std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const Dataset& d,
                                       int64_t random_seeds = 5);
+// [{"method", "fraction", "loss"}, …]
+std::string curve_json(const std::vector<CurvePoint>& points);
 
 struct SweepRow {
   int64_t heads = 0;
@@ -91,5 +98,7 @@ struct SweepOptions {
 };
 std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& base,
                                  const model::Tokenizer& tokenizer, const SweepOptions& o);
+// [{"heads", "val_loss", "tokens_per_second", "seconds", "best_scores": scores_json}, …]
+std::string sweep_json(const std::vector<SweepRow>& rows);
 
 }  // namespace headlight::inspect

@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "headlight/core/atomic_file.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/model/gpt.h"
 #include "headlight/model/tokenizer.h"
@@ -67,7 +68,8 @@ std::vector<float> word_attention(const Capture& c);
 // its last non-zero weight) and the word view ("word_probs").
 std::string to_json(const Capture& c, bool include_probs = true);
 
-// A little-endian float32 .npy file (NumPy format 1.0) of `data` with `shape`, written atomically.
-void write_npy(const std::string& path, const float* data, const std::vector<int64_t>& shape);
+// A little-endian float32 .npy file (NumPy format 1.0) of `data` with `shape`, written to `out` and
+// committed.
+void write_npy(AtomicFile& out, const float* data, const std::vector<int64_t>& shape);
 
 }  // namespace headlight::inspect
