@@ -25,8 +25,8 @@ GPTConfig config_of(const TensorSource& source) {
 GPT::GPT(const GPTConfig& config, uint64_t seed)
     : config_(config),
       layout_(config),
-      params_(static_cast<size_t>(layout_.total()), 0.0f),
-      grads_(params_.size(), 0.0f),
+      params_(Tensor::zeros({layout_.total()})),
+      grads_(Tensor::zeros({layout_.total()})),
       gates_(config.n_layer, config.n_head),
       state_(std::make_unique<State>()) {
   Generator gen(seed);
@@ -47,8 +47,8 @@ GPT::GPT(const GPTConfig& config, uint64_t seed)
 GPT::GPT(const TensorSource& source)
     : config_(config_of(source)),
       layout_(config_),
-      params_(static_cast<size_t>(layout_.total()), 0.0f),
-      grads_(params_.size(), 0.0f),
+      params_(Tensor::zeros({layout_.total()})),
+      grads_(Tensor::zeros({layout_.total()})),
       gates_(config_.n_layer, config_.n_head),
       state_(std::make_unique<State>()) {
   std::set<std::string> expected;
@@ -71,7 +71,7 @@ GPT& GPT::operator=(GPT&&) noexcept = default;
 GPT::~GPT() = default;
 
 void GPT::zero_grads() {
-  std::fill(grads_.begin(), grads_.end(), 0.0f);
+  grads_.fill(0.0f);
   gates_.zero_grads();
 }
 

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
+#include "headlight/core/tensor.h"
 #include "headlight/model/config.h"
 #include "headlight/model/gpt.h"
 #include "headlight/model/parameters.h"
@@ -13,11 +15,17 @@
 
 namespace headlight::model {
 
-// A float buffer that keeps its memory across resizes to a smaller size.
+// A float buffer, 64-byte aligned like every Tensor, that keeps its memory when asked for less.
+// Growing keeps the contents and zeroes the new part.
 struct Buffer {
-  std::vector<float> data;
+  Tensor data;
   float* get(int64_t n) {
-    if (static_cast<int64_t>(data.size()) < n) data.resize(static_cast<size_t>(n));
+    if (data.numel() < n) {
+      Tensor grown = Tensor::zeros({n});
+      if (data.numel() > 0)
+        std::memcpy(grown.data(), data.data(), sizeof(float) * static_cast<size_t>(data.numel()));
+      data = std::move(grown);
+    }
     return data.data();
   }
   float* ptr() { return data.data(); }

@@ -10,8 +10,8 @@ namespace headlight::train {
 AdamW::AdamW(const model::ParameterLayout& layout, const AdamWConfig& config)
     : config_(config),
       decay_(static_cast<size_t>(layout.total()), 0),
-      m_(decay_.size(), 0.0f),
-      v_(decay_.size(), 0.0f) {
+      m_(Tensor::zeros({layout.total()})),
+      v_(Tensor::zeros({layout.total()})) {
   for (const auto& e : layout.entries())
     if (e.decay)
       std::fill(decay_.begin() + e.offset, decay_.begin() + e.offset + e.numel, uint8_t{1});
@@ -28,7 +28,7 @@ void AdamW::step(ThreadContext& ctx, float* params, const float* grads, float lr
   float* m = m_.data();
   float* v = v_.data();
   const uint8_t* dec = decay_.data();
-  ctx.parallel_for(static_cast<int64_t>(m_.size()), [&](Range r, int) {
+  ctx.parallel_for(m_.numel(), [&](Range r, int) {
     for (int64_t i = r.begin; i < r.end; ++i) {
       const float p = dec[i] ? params[i] * decay : params[i];
       const float g = grads[i];

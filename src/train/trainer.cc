@@ -25,7 +25,7 @@ uint64_t mix(uint64_t seed, uint64_t a, uint64_t b) {
 }
 
 void save_optimizer(const std::string& path, AdamW& opt, int64_t step, uint64_t seed) {
-  const Shape shape{static_cast<int64_t>(opt.m().size())};
+  const Shape shape{opt.m().numel()};
   const std::vector<io::TensorToWrite> tensors = {{"adamw.m", shape, opt.m().data()},
                                                   {"adamw.v", shape, opt.v().data()}};
   io::write_safetensors(
@@ -35,7 +35,7 @@ void save_optimizer(const std::string& path, AdamW& opt, int64_t step, uint64_t 
 
 int64_t load_optimizer(const std::string& path, AdamW& opt) {
   const io::SafetensorsFile f(path);
-  const Shape want{static_cast<int64_t>(opt.m().size())};
+  const Shape want{opt.m().numel()};
   for (const char* name : {"adamw.m", "adamw.v"}) {
     check(f.contains(name) && f.shape(name) == want,
           "{}: optimizer state \"{}\" is missing or does not fit the model ({} floats)", path, name,

@@ -20,6 +20,7 @@
 
 #include "headlight/attention/dispatch.h"
 #include "headlight/attention/head_gates.h"
+#include "headlight/core/tensor.h"
 #include "headlight/core/tensor_source.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/model/config.h"
@@ -99,8 +100,8 @@ class GPT {
 
   GPTConfig config_;
   ParameterLayout layout_;
-  std::vector<float> params_;
-  std::vector<float> grads_;
+  Tensor params_;  // [layout.total()], the arena of every parameter
+  Tensor grads_;   // [layout.total()], their gradients
   attention::HeadGates gates_;
   std::unique_ptr<State> state_;
 };

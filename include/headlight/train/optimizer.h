@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "headlight/core/tensor.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/model/parameters.h"
 
@@ -29,14 +30,14 @@ class AdamW {
   int64_t steps() const { return steps_; }
   const AdamWConfig& config() const { return config_; }
   // The moments, [layout.total()] each, for checkpoints.
-  std::vector<float>& m() { return m_; }
-  std::vector<float>& v() { return v_; }
+  Tensor& m() { return m_; }
+  Tensor& v() { return v_; }
   void set_steps(int64_t steps) { steps_ = steps; }
 
  private:
   AdamWConfig config_;
   std::vector<uint8_t> decay_;  // [total] 1 where weight decay applies
-  std::vector<float> m_, v_;
+  Tensor m_, v_;
   int64_t steps_ = 0;
 };
 
