@@ -20,7 +20,7 @@ void add_generate(CLI::App& app) {
         "The red key for Maria lay in the kitchen. The blue map for John lay in the garden. Later "
         "she";
     int64_t tokens = 40;
-    model::SamplingOptions sampling{0.8f, 0, 1.0f, 0};
+    model::SamplingOptions sampling{.temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     bool greedy = false;
     bool stats = false;
     int threads = 0;

@@ -162,7 +162,7 @@ void add_sweep(CLI::App& app) {
   auto a = std::make_shared<Args>();
   a->sweep.train.steps = 300;
   a->sweep.train.eval_every = 300;
-  a->sweep.train.schedule = {2e-3f, 2e-4f, 30, 300};
+  a->sweep.train.schedule = {.lr = 2e-3f, .min_lr = 2e-4f, .warmup = 30, .total = 300};
   auto* cmd = app.add_subcommand("sweep", "Train one model per head count at equal n_embd");
   positive(cmd->add_option("--heads", a->sweep.heads, "Head counts")
                ->delimiter(',')

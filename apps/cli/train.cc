@@ -136,7 +136,7 @@ void add_train(CLI::App& app) {
     ThreadContext ctx(a->threads);
     train::TrainOptions o = a->train;
     o.out = a->out;
-    o.schedule = {a->lr, a->min_lr, a->warmup, o.steps};
+    o.schedule = {.lr = a->lr, .min_lr = a->min_lr, .warmup = a->warmup, .total = o.steps};
     std::optional<model::GPT> gpt;
     std::optional<model::Tokenizer> tok;
     if (o.resume || !a->init.empty()) {

@@ -214,7 +214,10 @@ void bind_gpt(py::module_& m) {
             int64_t b, t;
             auto arr = token_array(tokens, "tokens", b, t);
             check(b == 1, "tokens: generate() takes one sequence, got a batch of {}", b);
-            model::SamplingOptions o{temperature, top_k.value_or(0), top_p.value_or(1.0f), seed};
+            model::SamplingOptions o{.temperature = temperature,
+                                     .top_k = top_k.value_or(0),
+                                     .top_p = top_p.value_or(1.0f),
+                                     .seed = seed};
             std::vector<int32_t> out;
             {
               py::gil_scoped_release release;
@@ -289,7 +292,8 @@ void bind_gpt(py::module_& m) {
   m.def(
       "lr_at",
       [](int64_t step, float lr, float min_lr, int64_t warmup, int64_t total) {
-        return train::LrSchedule{lr, min_lr, warmup, total}.at(step);
+        return train::LrSchedule{.lr = lr, .min_lr = min_lr, .warmup = warmup, .total = total}.at(
+            step);
       },
       py::arg("step"), py::arg("lr"), py::arg("min_lr"), py::arg("warmup"), py::arg("total"));
 }

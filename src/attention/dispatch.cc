@@ -60,8 +60,10 @@ void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice)
     const AttentionShape& s = p.shape;
     out.resize(static_cast<size_t>(s.batch * s.heads * s.len_q * s.value_dim));
     lse.resize(static_cast<size_t>(s.batch * s.heads * s.len_q));
-    fused.out =
-        Operand{out.data(), s.heads * s.len_q * s.value_dim, s.len_q * s.value_dim, s.value_dim};
+    fused.out = Operand{.data = out.data(),
+                        .batch_stride = s.heads * s.len_q * s.value_dim,
+                        .head_stride = s.len_q * s.value_dim,
+                        .row_stride = s.value_dim};
     fused.lse = lse.data();
     fused.probs = nullptr;
     cpu::flash_forward(ctx, fused);

@@ -183,9 +183,12 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
   const float* b_v = c.bias ? b_q + E + Ekv : nullptr;
   k.q = Tensor::empty({rows_q, E});
   Tensor kp = Tensor::empty({rows_k, Ekv}), vp = Tensor::empty({rows_k, Ekv});
-  ops::linear_forward(ctx, {rows_q, E, E}, k.x_q.data(), E, w_q, b_q, k.q.data(), E);
-  ops::linear_forward(ctx, {rows_k, c.kdim, Ekv}, k.x_k.data(), c.kdim, w_k, b_k, kp.data(), Ekv);
-  ops::linear_forward(ctx, {rows_k, c.vdim, Ekv}, k.x_v.data(), c.vdim, w_v, b_v, vp.data(), Ekv);
+  ops::linear_forward(ctx, {.rows = rows_q, .in_features = E, .out_features = E}, k.x_q.data(), E,
+                      w_q, b_q, k.q.data(), E);
+  ops::linear_forward(ctx, {.rows = rows_k, .in_features = c.kdim, .out_features = Ekv},
+                      k.x_k.data(), c.kdim, w_k, b_k, kp.data(), Ekv);
+  ops::linear_forward(ctx, {.rows = rows_k, .in_features = c.vdim, .out_features = Ekv},
+                      k.x_v.data(), c.vdim, w_v, b_v, vp.data(), Ekv);
 
   // ---- Keys and values per head, with the extra bias and zero rows: [N, H_kv, S', d].
   k.k_full = Tensor::zeros({N, Hkv, Sx, d});
@@ -268,13 +271,31 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
 
   // ---- Attention over strided views of the projections.
   AttentionParams& p = k.params;
-  p.shape = AttentionShape{N, H, Hkv, L, Sx, d, d};
+  p.shape = AttentionShape{.batch = N,
+                           .heads = H,
+                           .kv_heads = Hkv,
+                           .len_q = L,
+                           .len_kv = Sx,
+                           .head_dim = d,
+                           .value_dim = d};
   const RowLayout& qr = k.q_rows;
-  p.q = Operand{k.q.data(), qr.batch_stride(E), d, qr.row_stride(E)};
-  p.k = Operand{k.k_full.data(), Hkv * Sx * d, Sx * d, d};
-  p.v = Operand{k.v_full.data(), Hkv * Sx * d, Sx * d, d};
+  p.q = Operand{.data = k.q.data(),
+                .batch_stride = qr.batch_stride(E),
+                .head_stride = d,
+                .row_stride = qr.row_stride(E)};
+  p.k = Operand{.data = k.k_full.data(),
+                .batch_stride = Hkv * Sx * d,
+                .head_stride = Sx * d,
+                .row_stride = d};
+  p.v = Operand{.data = k.v_full.data(),
+                .batch_stride = Hkv * Sx * d,
+                .head_stride = Sx * d,
+                .row_stride = d};
   k.heads = Tensor::empty({rows_q, E});
-  p.out = Operand{k.heads.data(), qr.batch_stride(E), d, qr.row_stride(E)};
+  p.out = Operand{.data = k.heads.data(),
+                  .batch_stride = qr.batch_stride(E),
+                  .head_stride = d,
+                  .row_stride = qr.row_stride(E)};
   Tensor probs;
   if (opt.need_weights) probs = Tensor::empty({N, H, L, Sx});
   p.probs = opt.need_weights ? probs.data() : nullptr;
@@ -289,7 +310,8 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
                  k.gated.data());
   MhaOutput out;
   out.output = Tensor::empty(query.shape());
-  ops::linear_forward(ctx, {rows_q, E, E}, k.gated.data(), E, params_.at("out_proj.weight").data(),
+  ops::linear_forward(ctx, {.rows = rows_q, .in_features = E, .out_features = E}, k.gated.data(), E,
+                      params_.at("out_proj.weight").data(),
                       c.bias ? params_.at("out_proj.bias").data() : nullptr, out.output.data(), E);
   k.output_shape = out.output.shape();
 

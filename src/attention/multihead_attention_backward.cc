@@ -31,8 +31,8 @@ MhaInputGrads MultiheadAttention::backward(ThreadContext& ctx, const TensorView&
 
   // ---- Output projection.
   Tensor d_gated = Tensor::empty({rows_q, E});
-  ops::linear_backward(ctx, {rows_q, E, E}, k.gated.data(), E, params_.at("out_proj.weight").data(),
-                       dy.data(), E,
+  ops::linear_backward(ctx, {.rows = rows_q, .in_features = E, .out_features = E}, k.gated.data(),
+                       E, params_.at("out_proj.weight").data(), dy.data(), E,
                        {d_gated.data(), E, grads_.at("out_proj.weight").data(),
                         c.bias ? grads_.at("out_proj.bias").data() : nullptr, false});
 
@@ -47,10 +47,18 @@ MhaInputGrads MultiheadAttention::backward(ThreadContext& ctx, const TensorView&
   const RowLayout& qr = k.q_rows;
   Tensor dq = Tensor::empty({rows_q, E});
   Tensor dk_full = Tensor::empty({N, Hkv, Sx, d}), dv_full = Tensor::empty({N, Hkv, Sx, d});
-  p.dout = Operand{d_heads.data(), qr.batch_stride(E), d, qr.row_stride(E)};
-  p.dq = Operand{dq.data(), qr.batch_stride(E), d, qr.row_stride(E)};
-  p.dk = Operand{dk_full.data(), Hkv * Sx * d, Sx * d, d};
-  p.dv = Operand{dv_full.data(), Hkv * Sx * d, Sx * d, d};
+  p.dout = Operand{.data = d_heads.data(),
+                   .batch_stride = qr.batch_stride(E),
+                   .head_stride = d,
+                   .row_stride = qr.row_stride(E)};
+  p.dq = Operand{.data = dq.data(),
+                 .batch_stride = qr.batch_stride(E),
+                 .head_stride = d,
+                 .row_stride = qr.row_stride(E)};
+  p.dk = Operand{
+      .data = dk_full.data(), .batch_stride = Hkv * Sx * d, .head_stride = Sx * d, .row_stride = d};
+  p.dv = Operand{
+      .data = dv_full.data(), .batch_stride = Hkv * Sx * d, .head_stride = Sx * d, .row_stride = d};
   attention::backward(ctx, p, c.kernel);
 
   // ---- Unpack per-head key/value gradients into projection rows; bias_k/v get row S.
@@ -83,11 +91,13 @@ MhaInputGrads MultiheadAttention::backward(ThreadContext& ctx, const TensorView&
   float* db_q = c.bias ? grads_.at("in_proj_bias").data() : nullptr;
   MhaInputGrads out{Tensor::empty(k.query_shape), Tensor::empty(k.key_shape),
                     Tensor::empty(k.value_shape)};
-  ops::linear_backward(ctx, {rows_q, E, E}, k.x_q.data(), E, w_q, dq.data(), E,
-                       {out.query.data(), E, dw_q, db_q, false});
-  ops::linear_backward(ctx, {rows_k, c.kdim, Ekv}, k.x_k.data(), c.kdim, w_k, dkp.data(), Ekv,
+  ops::linear_backward(ctx, {.rows = rows_q, .in_features = E, .out_features = E}, k.x_q.data(), E,
+                       w_q, dq.data(), E, {out.query.data(), E, dw_q, db_q, false});
+  ops::linear_backward(ctx, {.rows = rows_k, .in_features = c.kdim, .out_features = Ekv},
+                       k.x_k.data(), c.kdim, w_k, dkp.data(), Ekv,
                        {out.key.data(), c.kdim, dw_k, db_q ? db_q + E : nullptr, false});
-  ops::linear_backward(ctx, {rows_k, c.vdim, Ekv}, k.x_v.data(), c.vdim, w_v, dvp.data(), Ekv,
+  ops::linear_backward(ctx, {.rows = rows_k, .in_features = c.vdim, .out_features = Ekv},
+                       k.x_v.data(), c.vdim, w_v, dvp.data(), Ekv,
                        {out.value.data(), c.vdim, dw_v, db_q ? db_q + E + Ekv : nullptr, false});
   return out;
 }

@@ -38,7 +38,10 @@ Operand operand_of(const TensorView& v, int64_t nb, std::vector<Tensor>& keep) {
     keep.push_back(contiguous_copy(v));
     return operand_of(keep.back().view(), nb, keep);
   }
-  return Operand{v.data_as<float>(), *bs, v.stride(-3), v.stride(-2)};
+  return Operand{.data = v.data_as<float>(),
+                 .batch_stride = *bs,
+                 .head_stride = v.stride(-3),
+                 .row_stride = v.stride(-2)};
 }
 
 std::string shapes_of(const TensorView& q, const TensorView& k, const TensorView& v) {
@@ -111,7 +114,13 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
   AttentionParams& p = r.params;
   int64_t B = 1;
   for (int64_t d : r.batch) B *= d;
-  p.shape = AttentionShape{B, Hq, Hkv, L, S, E, Ev};
+  p.shape = AttentionShape{.batch = B,
+                           .heads = Hq,
+                           .kv_heads = Hkv,
+                           .len_q = L,
+                           .len_kv = S,
+                           .head_dim = E,
+                           .value_dim = Ev};
   p.q = operand_of(qb, nb, r.keep);
   p.k = operand_of(kb, nb, r.keep);
   p.v = operand_of(vb, nb, r.keep);
@@ -159,8 +168,10 @@ Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
   Prepared r = prepare(query, key, value, options);
   Tensor out(DType::f32, r.out_shape);
   const AttentionShape& s = r.params.shape;
-  r.params.out =
-      Operand{out.data(), s.heads * s.len_q * s.value_dim, s.len_q * s.value_dim, s.value_dim};
+  r.params.out = Operand{.data = out.data(),
+                         .batch_stride = s.heads * s.len_q * s.value_dim,
+                         .head_stride = s.len_q * s.value_dim,
+                         .row_stride = s.value_dim};
   forward(ctx, r.params, options.kernel);
   return out;
 }
@@ -187,8 +198,10 @@ SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const Tensor
   Tensor dk(DType::f32, full(s.kv_heads, s.len_kv, s.head_dim));
   Tensor dv(DType::f32, full(s.kv_heads, s.len_kv, s.value_dim));
   auto contiguous_operand = [](Tensor& t) {
-    return Operand{t.data(), t.size(-3) * t.size(-2) * t.size(-1), t.size(-2) * t.size(-1),
-                   t.size(-1)};
+    return Operand{.data = t.data(),
+                   .batch_stride = t.size(-3) * t.size(-2) * t.size(-1),
+                   .head_stride = t.size(-2) * t.size(-1),
+                   .row_stride = t.size(-1)};
   };
   r.params.dq = contiguous_operand(dq);
   r.params.dk = contiguous_operand(dk);

@@ -90,12 +90,12 @@ DemoRecipe demo_recipe() {
   t.batch = 16;
   t.seed = 1337;
   t.steps = 4000;
-  t.schedule = {3e-3f, 1e-4f, 100, t.steps};
+  t.schedule = {.lr = 3e-3f, .min_lr = 1e-4f, .warmup = 100, .total = t.steps};
   t.eval_every = 800;
   r.stages.push_back({corpus, t});
   corpus.drill_words = 48;
   t.steps = 400;
-  t.schedule = {2e-3f, 1e-4f, 50, t.steps};
+  t.schedule = {.lr = 2e-3f, .min_lr = 1e-4f, .warmup = 50, .total = t.steps};
   t.eval_every = 200;
   r.stages.push_back({corpus, t});
   return r;
@@ -144,7 +144,7 @@ Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& t
   const int64_t block = m.config().block_size;
   if (static_cast<int64_t>(ids.size()) > block)
     ids.erase(ids.begin(), ids.end() - block);  // the last block_size tokens
-  model::SamplingOptions greedy{0.0f, 0, 1.0f, 0};
+  model::SamplingOptions greedy{.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
   const auto next = model::generate(ctx, m, ids, o.new_tokens, greedy);
   e.continuation = tokenizer.decode(next);
   e.capture = capture_tokens(ctx, m, &tokenizer, ids);

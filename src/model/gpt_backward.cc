@@ -58,8 +58,8 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
   // Logits and the final norm.
   const float* final_in = c.norm_first ? s.lnf.ptr() : s.x[static_cast<size_t>(c.n_layer)].ptr();
   float* dfinal = c.norm_first ? da : dx;
-  linear_grads(ctx, {d.rows, d.C, d.V}, final_in, P + off.lm_head, s.dlogits.ptr(), dfinal, false,
-               G + off.lm_head, nullptr);
+  linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in,
+               P + off.lm_head, s.dlogits.ptr(), dfinal, false, G + off.lm_head, nullptr);
   if (c.norm_first)
     ops::norm_backward(ctx, ns, s.x[static_cast<size_t>(c.n_layer)].ptr(), P + off.lnf_w,
                        s.lnf_mean.ptr(), s.lnf_rstd.ptr(), da,
@@ -85,12 +85,12 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     }
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream + 1);
     // dfc = gelu'(fc) ⊙ (dres · W_proj)
-    linear_grads(ctx, {d.rows, d.F, d.C}, a.gel.ptr(), P + o.fc_proj_w, dres, dfc, false,
-                 G + o.fc_proj_w, maybe(G, o.fc_proj_b));
+    linear_grads(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, a.gel.ptr(),
+                 P + o.fc_proj_w, dres, dfc, false, G + o.fc_proj_w, maybe(G, o.fc_proj_b));
     ops::gelu_backward(ctx, d.rows * d.F, a.fc.ptr(), dfc, dfc);
     // Gradient at m_in: da = dfc · W_fc.
-    linear_grads(ctx, {d.rows, d.C, d.F}, m_in, P + o.fc_w, dfc, da, false, G + o.fc_w,
-                 maybe(G, o.fc_b));
+    linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, P + o.fc_w,
+                 dfc, da, false, G + o.fc_w, maybe(G, o.fc_b));
     if (c.norm_first) {
       ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), da,
                          {dx, true, G + o.ln2_w, maybe(G, o.ln2_b)});
@@ -104,8 +104,8 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream);
     float* dattg = datt;
-    linear_grads(ctx, {d.rows, d.H * d.hd, d.C}, a.attg.ptr(), P + o.proj_w, dres, dattg, false,
-                 G + o.proj_w, maybe(G, o.proj_b));
+    linear_grads(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C},
+                 a.attg.ptr(), P + o.proj_w, dres, dattg, false, G + o.proj_w, maybe(G, o.proj_b));
     // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place).
     gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
                     dattg);
@@ -123,13 +123,13 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
     }
     const float* a_in = c.norm_first ? a.ln1.ptr() : x;
     if (c.norm_first) {
-      linear_grads(ctx, {d.rows, d.C, d.W}, a_in, P + o.attn_w, dqkv, da, false, G + o.attn_w,
-                   maybe(G, o.attn_b));
+      linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
+                   P + o.attn_w, dqkv, da, false, G + o.attn_w, maybe(G, o.attn_b));
       ops::norm_backward(ctx, ns, x, P + o.ln1_w, a.ln1_mean.ptr(), a.ln1_rstd.ptr(), da,
                          {dx, true, G + o.ln1_w, maybe(G, o.ln1_b)});
     } else {
-      linear_grads(ctx, {d.rows, d.C, d.W}, a_in, P + o.attn_w, dqkv, dx, true, G + o.attn_w,
-                   maybe(G, o.attn_b));
+      linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
+                   P + o.attn_w, dqkv, dx, true, G + o.attn_w, maybe(G, o.attn_b));
     }
   }
 

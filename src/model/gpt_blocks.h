@@ -16,11 +16,16 @@ struct Dims {
 };
 // Sizes of layer `layer` (its head counts after any pruning).
 inline Dims dims(const GPTConfig& c, int64_t batch, int64_t seq, int64_t layer = 0) {
-  return {batch,          seq,
-          batch * seq,    c.n_embd,
-          c.heads(layer), c.kv_heads(layer),
-          c.head_dim(),   c.qkv_width(layer),
-          c.mlp_width(),  c.vocab_size};
+  return {.B = batch,
+          .T = seq,
+          .rows = batch * seq,
+          .C = c.n_embd,
+          .H = c.heads(layer),
+          .G = c.kv_heads(layer),
+          .hd = c.head_dim(),
+          .W = c.qkv_width(layer),
+          .F = c.mlp_width(),
+          .V = c.vocab_size};
 }
 
 // Attention over the packed rows qkv [B, T, (H + 2G)·hd] into att [B, T, H·hd] with lse [B, H, T]:

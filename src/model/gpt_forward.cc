@@ -165,8 +165,8 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       a_in = a.ln1.ptr();
     }
     float* qkv = a.qkv.get(d.rows * d.W);
-    ops::linear_forward(ctx, {d.rows, d.C, d.W}, a_in, d.C, P + o.attn_w, maybe(P, o.attn_b), qkv,
-                        d.W);
+    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in, d.C,
+                        P + o.attn_w, maybe(P, o.attn_b), qkv, d.W);
     if (c.positional == Positional::rope) {
       apply_rope(s.rope, {d.rows, d.T, pos0, d.W, d.H, false}, qkv);
       apply_rope(s.rope, {d.rows, d.T, pos0, d.W, d.G, false}, qkv + d.H * d.hd);
@@ -185,8 +185,8 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     if (d.H > 0) attention::forward(ctx, p, options.kernel);
     float* attg = a.attg.get(d.rows * d.H * d.hd);
     gates_.forward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, att, attg);
-    ops::linear_forward(ctx, {d.rows, d.H * d.hd, d.C}, attg, d.H * d.hd, P + o.proj_w,
-                        maybe(P, o.proj_b), branch, d.C);
+    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C}, attg,
+                        d.H * d.hd, P + o.proj_w, maybe(P, o.proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream);
     float* h = a.h.get(d.rows * d.C);
     detail::add(ctx, d.rows * d.C, x, branch, h);
@@ -204,10 +204,11 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     }
     float* fc = a.fc.get(d.rows * d.F);
     float* gel = a.gel.get(d.rows * d.F);
-    ops::linear_forward(ctx, {d.rows, d.C, d.F}, m_in, d.C, P + o.fc_w, maybe(P, o.fc_b), fc, d.F);
+    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C,
+                        P + o.fc_w, maybe(P, o.fc_b), fc, d.F);
     ops::gelu_forward(ctx, d.rows * d.F, fc, gel);
-    ops::linear_forward(ctx, {d.rows, d.F, d.C}, gel, d.F, P + o.fc_proj_w, maybe(P, o.fc_proj_b),
-                        branch, d.C);
+    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, gel, d.F,
+                        P + o.fc_proj_w, maybe(P, o.fc_proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream + 1);
     if (c.norm_first) {
       detail::add(ctx, d.rows * d.C, h, branch, out);
@@ -226,8 +227,8 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     final_in = s.lnf.ptr();
   }
   float* logits = s.logits.get(d.rows * d.V);
-  ops::linear_forward(ctx, {d.rows, d.C, d.V}, final_in, d.C, P + off.lm_head, nullptr, logits,
-                      d.V);
+  ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in, d.C,
+                      P + off.lm_head, nullptr, logits, d.V);
   return logits;
 }
 

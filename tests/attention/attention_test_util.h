@@ -34,7 +34,10 @@ struct Problem {
   }
 
   static Operand operand(std::vector<float>& x, int64_t heads, int64_t rows, int64_t dim) {
-    return Operand{x.data(), heads * rows * dim, rows * dim, dim};
+    return Operand{.data = x.data(),
+                   .batch_stride = heads * rows * dim,
+                   .head_stride = rows * dim,
+                   .row_stride = dim};
   }
 
   AttentionParams params(const AttentionOptions& options = {}) {

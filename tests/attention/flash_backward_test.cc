@@ -90,7 +90,13 @@ TEST(FlashBackward, OddLengthsHeadDimsAndChunks) {
 }
 
 TEST(FlashBackward, BitwiseDeterministicAcrossThreadCounts) {
-  const AttentionShape shape{2, 4, 2, 1500, 300, 32, 32};
+  const AttentionShape shape{.batch = 2,
+                             .heads = 4,
+                             .kv_heads = 2,
+                             .len_q = 1500,
+                             .len_kv = 300,
+                             .head_dim = 32,
+                             .value_dim = 32};
   AttentionOptions o;
   o.causal = true;
   o.alignment = Alignment::bottom_right;
@@ -109,7 +115,13 @@ TEST(FlashBackward, BitwiseDeterministicAcrossThreadCounts) {
 
 TEST(FlashBackward, NeedsTheForwardsOutputAndLse) {
   ThreadContext ctx(1);
-  Problem pr({1, 1, 1, 3, 3, 2, 2});
+  Problem pr({.batch = 1,
+              .heads = 1,
+              .kv_heads = 1,
+              .len_q = 3,
+              .len_kv = 3,
+              .head_dim = 2,
+              .value_dim = 2});
   AttentionParams p = pr.params();
   p.lse = nullptr;
   EXPECT_THROW(cpu::flash_backward(ctx, p), Error);

@@ -121,17 +121,95 @@ struct SweepShape {
 TEST(FlashForward, OddLengthsHeadDimsAndTheAccuracyRule) {
   ThreadContext ctx(2);
   const Alignment tl = Alignment::top_left, br = Alignment::bottom_right;
-  for (SweepShape s :
-       {SweepShape{1, 2, 2, 1, 1, 1, 1, false, tl}, SweepShape{2, 2, 1, 2, 17, 32, 32, true, br},
-        SweepShape{1, 4, 2, 17, 97, 64, 64, false, tl},
-        SweepShape{1, 2, 2, 97, 97, 80, 80, true, tl},
-        SweepShape{1, 3, 1, 255, 255, 128, 128, true, tl},
-        SweepShape{1, 1, 1, 49, 1025, 256, 256, false, tl},
-        SweepShape{1, 2, 2, 1023, 1023, 64, 64, true, tl},
-        SweepShape{1, 2, 1, 5, 1025, 64, 40, true, br},
-        SweepShape{1, 2, 1, 1100, 300, 64, 64, false, tl}}) {  // long query blocks (144 rows)
+  for (SweepShape s : {SweepShape{.batch = 1,
+                      .heads = 2,
+                      .kv_heads = 2,
+                      .len_q = 1,
+                      .len_kv = 1,
+                      .dim = 1,
+                      .vdim = 1,
+                      .causal = false,
+                      .align = tl},
+                       SweepShape{.batch = 2,
+                       .heads = 2,
+                       .kv_heads = 1,
+                       .len_q = 2,
+                       .len_kv = 17,
+                       .dim = 32,
+                       .vdim = 32,
+                       .causal = true,
+                       .align = br},
+                       SweepShape{.batch = 1,
+                       .heads = 4,
+                       .kv_heads = 2,
+                       .len_q = 17,
+                       .len_kv = 97,
+                       .dim = 64,
+                       .vdim = 64,
+                       .causal = false,
+                       .align = tl},
+                       SweepShape{.batch = 1,
+                       .heads = 2,
+                       .kv_heads = 2,
+                       .len_q = 97,
+                       .len_kv = 97,
+                       .dim = 80,
+                       .vdim = 80,
+                       .causal = true,
+                       .align = tl},
+                       SweepShape{.batch = 1,
+                       .heads = 3,
+                       .kv_heads = 1,
+                       .len_q = 255,
+                       .len_kv = 255,
+                       .dim = 128,
+                       .vdim = 128,
+                       .causal = true,
+                       .align = tl},
+                       SweepShape{.batch = 1,
+                       .heads = 1,
+                       .kv_heads = 1,
+                       .len_q = 49,
+                       .len_kv = 1025,
+                       .dim = 256,
+                       .vdim = 256,
+                       .causal = false,
+                       .align = tl},
+                       SweepShape{.batch = 1,
+                       .heads = 2,
+                       .kv_heads = 2,
+                       .len_q = 1023,
+                       .len_kv = 1023,
+                       .dim = 64,
+                       .vdim = 64,
+                       .causal = true,
+                       .align = tl},
+                       SweepShape{.batch = 1,
+                       .heads = 2,
+                       .kv_heads = 1,
+                       .len_q = 5,
+                       .len_kv = 1025,
+                       .dim = 64,
+                       .vdim = 40,
+                       .causal = true,
+                       .align = br},
+                       SweepShape{.batch = 1,
+                       .heads = 2,
+                       .kv_heads = 1,
+                       .len_q = 1100,
+                       .len_kv = 300,
+                       .dim = 64,
+                       .vdim = 64,
+                       .causal = false,
+                       .align = tl}}) {  // long query blocks (144 rows)
     SCOPED_TRACE(::testing::Message() << "Lq " << s.len_q << " Lk " << s.len_kv << " D " << s.dim);
-    const AttentionShape shape{s.batch, s.heads, s.kv_heads, s.len_q, s.len_kv, s.dim, s.vdim};
+    const AttentionShape shape{.batch = s.batch,
+                               .heads = s.heads,
+                               .kv_heads = s.kv_heads,
+                               .len_q = s.len_q,
+                               .len_kv = s.len_kv,
+                               .head_dim = s.dim,
+                               .value_dim = s.vdim};
     AttentionOptions o;
     o.causal = s.causal;
     o.alignment = s.align;
@@ -153,7 +231,10 @@ TEST(FlashForward, StridedPackedQkvInput) {
   Generator g(5);
   for (auto& x : qkv) x = g.uniform(-1, 1);
   auto view = [&](int which) {
-    return Operand{qkv.data() + which * H * D, L * 3 * H * D, D, 3 * H * D};
+    return Operand{.data = qkv.data() + which * H * D,
+                   .batch_stride = L * 3 * H * D,
+                   .head_stride = D,
+                   .row_stride = 3 * H * D};
   };
   std::vector<float> out_ref(static_cast<size_t>(B * H * L * D)), out_fused(out_ref.size());
   AttentionParams p;
@@ -162,15 +243,23 @@ TEST(FlashForward, StridedPackedQkvInput) {
   p.q = view(0);
   p.k = view(1);
   p.v = view(2);
-  p.out = Operand{out_ref.data(), H * L * D, L * D, D};
+  p.out = Operand{
+      .data = out_ref.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
   reference::forward(p);
-  p.out = Operand{out_fused.data(), H * L * D, L * D, D};
+  p.out = Operand{
+      .data = out_fused.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
   cpu::flash_forward(ctx, p);
   EXPECT_LE(max_diff(out_fused, out_ref), 2e-6);
 }
 
 TEST(FlashForward, BitwiseDeterministicAcrossThreadCounts) {
-  const AttentionShape shape{2, 4, 2, 200, 300, 64, 64};
+  const AttentionShape shape{.batch = 2,
+                             .heads = 4,
+                             .kv_heads = 2,
+                             .len_q = 200,
+                             .len_kv = 300,
+                             .head_dim = 64,
+                             .value_dim = 64};
   AttentionOptions o;
   o.causal = true;
   o.alignment = Alignment::bottom_right;
@@ -193,7 +282,13 @@ TEST(FlashForward, BitwiseDeterministicAcrossThreadCounts) {
 
 TEST(FlashForward, NanStaysInTheAffectedRow) {
   ThreadContext ctx(1);
-  Problem pr({1, 2, 2, 3, 200, 4, 4});
+  Problem pr({.batch = 1,
+              .heads = 2,
+              .kv_heads = 2,
+              .len_q = 3,
+              .len_kv = 200,
+              .head_dim = 4,
+              .value_dim = 4});
   pr.q[1 * 4 + 2] = std::nanf("");  // batch 0, head 0, row 1
   AttentionParams p = pr.params();
   p.probs = nullptr;
@@ -220,17 +315,87 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
   };
   for_each_isa([&] {
     for (const DecodeCase& c :
-         {DecodeCase{{1, 8, 2, 1, 4097, 64, 64}, true, -1, {}, 0.0f},
-          DecodeCase{{2, 4, 4, 3, 1000, 32, 16}, true, -1, {1000, 700}, 0.0f},
-          DecodeCase{{1, 4, 1, 16, 2049, 128, 128}, false, 300, {}, 0.0f},
+         {DecodeCase{.shape = {.batch = 1,
+                              .heads = 8,
+                              .kv_heads = 2,
+                              .len_q = 1,
+                              .len_kv = 4097,
+                              .head_dim = 64,
+                              .value_dim = 64},
+         .causal = true,
+         .window_left = -1,
+         .lengths = {},
+         .softcap = 0.0f},
+          DecodeCase{.shape = {.batch = 2,
+                              .heads = 4,
+                              .kv_heads = 4,
+                              .len_q = 3,
+                              .len_kv = 1000,
+                              .head_dim = 32,
+                              .value_dim = 16},
+          .causal = true,
+          .window_left = -1,
+          .lengths = {1000, 700},
+          .softcap = 0.0f},
+          DecodeCase{.shape = {.batch = 1,
+                              .heads = 4,
+                              .kv_heads = 1,
+                              .len_q = 16,
+                              .len_kv = 2049,
+                              .head_dim = 128,
+                              .value_dim = 128},
+          .causal = false,
+          .window_left = 300,
+          .lengths = {},
+          .softcap = 0.0f},
           // Value rows of 128 (read whole by PvStreamTile on AVX-512) for an odd number of rows
           // (3 query heads of one group: a pass of two rows, then one).
-          DecodeCase{{1, 3, 1, 1, 1300, 128, 128}, false, -1, {}, 0.0f},
-          DecodeCase{{2, 2, 2, 5, 777, 80, 80}, true, -1, {0, 777}, 30.0f},
-          DecodeCase{{1, 6, 2, 2, 1500, 24, 40}, true, -1, {}, 0.0f},  // packed (Dv 40)
+          DecodeCase{.shape = {.batch = 1,
+                              .heads = 3,
+                              .kv_heads = 1,
+                              .len_q = 1,
+                              .len_kv = 1300,
+                              .head_dim = 128,
+                              .value_dim = 128},
+          .causal = false,
+          .window_left = -1,
+          .lengths = {},
+          .softcap = 0.0f},
+          DecodeCase{.shape = {.batch = 2,
+                              .heads = 2,
+                              .kv_heads = 2,
+                              .len_q = 5,
+                              .len_kv = 777,
+                              .head_dim = 80,
+                              .value_dim = 80},
+          .causal = true,
+          .window_left = -1,
+          .lengths = {0, 777},
+          .softcap = 30.0f},
+          DecodeCase{.shape = {.batch = 1,
+                              .heads = 6,
+                              .kv_heads = 2,
+                              .len_q = 2,
+                              .len_kv = 1500,
+                              .head_dim = 24,
+                              .value_dim = 40},
+          .causal = true,
+          .window_left = -1,
+          .lengths = {},
+          .softcap = 0.0f},  // packed (Dv 40)
           // In place with a head dim that is not a whole number of vectors (the masked last
           // vector) and 6 rows (a tile of 4, then single rows).
-          DecodeCase{{1, 6, 2, 2, 1100, 20, 16}, false, -1, {}, 0.0f}}) {
+          DecodeCase{.shape = {.batch = 1,
+                              .heads = 6,
+                              .kv_heads = 2,
+                              .len_q = 2,
+                              .len_kv = 1100,
+                              .head_dim = 20,
+                              .value_dim = 16},
+          .causal = false,
+          .window_left = -1,
+          .lengths = {},
+          .softcap = 0.0f}}) {
       SCOPED_TRACE(::testing::Message() << "Lq " << c.shape.len_q << " Lk " << c.shape.len_kv);
       AttentionOptions o;
       o.causal = c.causal;
@@ -291,8 +456,20 @@ TEST(FlashForward, RowStatisticsMatchTheReference) {
     expect_same_stats(row_stats(pr, data.options, fused), row_stats(pr, data.options, ref));
   }
   // Longer rows (several key blocks) and the split-key decode path.
-  for (AttentionShape shape :
-       {AttentionShape{1, 2, 1, 100, 700, 32, 32}, AttentionShape{2, 4, 2, 3, 3000, 64, 64}}) {
+  for (AttentionShape shape : {AttentionShape{.batch = 1,
+                              .heads = 2,
+                              .kv_heads = 1,
+                              .len_q = 100,
+                              .len_kv = 700,
+                              .head_dim = 32,
+                              .value_dim = 32},
+                               AttentionShape{.batch = 2,
+                               .heads = 4,
+                               .kv_heads = 2,
+                               .len_q = 3,
+                               .len_kv = 3000,
+                               .head_dim = 64,
+                               .value_dim = 64}}) {
     AttentionOptions o;
     o.causal = true;
     o.alignment = Alignment::bottom_right;
@@ -320,7 +497,13 @@ TEST(Probabilities, MatchTheReferenceForEveryOption) {
 
 TEST(Probabilities, SubsetOfHeadsAndRows) {
   ThreadContext ctx(2);
-  const AttentionShape shape{2, 4, 2, 300, 333, 32, 32};
+  const AttentionShape shape{.batch = 2,
+                             .heads = 4,
+                             .kv_heads = 2,
+                             .len_q = 300,
+                             .len_kv = 333,
+                             .head_dim = 32,
+                             .value_dim = 32};
   AttentionOptions o;
   o.causal = true;
   Problem ref(shape, 5), fused(shape, 5);
@@ -353,7 +536,13 @@ TEST(Probabilities, SubsetOfHeadsAndRows) {
 
 TEST(FlashForward, RefusesToMaterialiseProbabilities) {
   ThreadContext ctx(1);
-  Problem pr({1, 1, 1, 2, 2, 2, 2});
+  Problem pr({.batch = 1,
+              .heads = 1,
+              .kv_heads = 1,
+              .len_q = 2,
+              .len_kv = 2,
+              .head_dim = 2,
+              .value_dim = 2});
   EXPECT_THROW(cpu::flash_forward(ctx, pr.params()), Error);
 }
 

@@ -24,7 +24,13 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 TEST(ReferenceForward, HandComputedTwoKeys) {
   // q = [1], keys [1] and [0], values [1] and [3], scale 1: P = [e, 1] / (e + 1).
-  Problem pr({1, 1, 1, 1, 2, 1, 1});
+  Problem pr({.batch = 1,
+              .heads = 1,
+              .kv_heads = 1,
+              .len_q = 1,
+              .len_kv = 2,
+              .head_dim = 1,
+              .value_dim = 1});
   pr.q = {1};
   pr.k = {1, 0};
   pr.v = {1, 3};
@@ -39,7 +45,13 @@ TEST(ReferenceForward, HandComputedTwoKeys) {
 }
 
 TEST(ReferenceForward, FullyMaskedRowGivesZerosAndMinusInfLse) {
-  Problem pr({1, 1, 1, 3, 4, 2, 2});
+  Problem pr({.batch = 1,
+              .heads = 1,
+              .kv_heads = 1,
+              .len_q = 3,
+              .len_kv = 4,
+              .head_dim = 2,
+              .value_dim = 2});
   AttentionOptions o;
   o.key_lengths = nullptr;
   o.causal = true;
@@ -58,7 +70,13 @@ TEST(ReferenceForward, FullyMaskedRowGivesZerosAndMinusInfLse) {
 }
 
 TEST(ReferenceForward, NanStaysInTheAffectedRow) {
-  Problem pr({1, 2, 2, 3, 5, 4, 4});
+  Problem pr({.batch = 1,
+              .heads = 2,
+              .kv_heads = 2,
+              .len_q = 3,
+              .len_kv = 5,
+              .head_dim = 4,
+              .value_dim = 4});
   pr.q[1 * 4 + 2] = std::nanf("");  // batch 0, head 0, row 1
   reference::forward(pr.params());
   for (int e = 0; e < 4; ++e) {
@@ -191,7 +209,13 @@ TEST(ReferenceBackward, MatchesFiniteDifferencesForEveryOption) {
 }
 
 TEST(ReferenceBackward, FullyMaskedRowsHaveZeroGradients) {
-  Problem pr({1, 1, 1, 2, 3, 2, 2});
+  Problem pr({.batch = 1,
+              .heads = 1,
+              .kv_heads = 1,
+              .len_q = 2,
+              .len_kv = 3,
+              .head_dim = 2,
+              .value_dim = 2});
   std::vector<int64_t> lens = {0};
   AttentionOptions o;
   o.key_lengths = lens.data();
@@ -205,9 +229,21 @@ TEST(ReferenceBackward, FullyMaskedRowsHaveZeroGradients) {
 // Bad parameters.
 
 TEST(ReferenceParams, RejectsInconsistentShapesAndOptions) {
-  Problem pr({1, 4, 3, 2, 2, 2, 2});
+  Problem pr({.batch = 1,
+              .heads = 4,
+              .kv_heads = 3,
+              .len_q = 2,
+              .len_kv = 2,
+              .head_dim = 2,
+              .value_dim = 2});
   EXPECT_THROW(reference::forward(pr.params()), Error);  // 3 kv heads do not divide 4
-  Problem ok({1, 2, 1, 2, 2, 2, 2});
+  Problem ok({.batch = 1,
+              .heads = 2,
+              .kv_heads = 1,
+              .len_q = 2,
+              .len_kv = 2,
+              .head_dim = 2,
+              .value_dim = 2});
   AttentionOptions o;
   o.scale = std::numeric_limits<float>::infinity();
   EXPECT_THROW(reference::forward(ok.params(o)), Error);

@@ -237,13 +237,19 @@ TEST(Tokenizer, RoundTripsAndSerialises) {
 TEST(Sampling, GreedyTopKAndTopP) {
   const std::vector<float> logits = {0.0f, 3.0f, 1.0f, 2.9f};
   Generator g(1);
-  EXPECT_EQ(sample_token(logits, {0.0f, 0, 1.0f, 0}, g), 1);
+  EXPECT_EQ(sample_token(logits, {.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}, g),
+            1);
   int counts[4] = {0, 0, 0, 0};
-  for (int i = 0; i < 2000; ++i) ++counts[sample_token(logits, {1.0f, 2, 1.0f, 0}, g)];
+  for (int i = 0; i < 2000; ++i)
+    ++counts[sample_token(logits, {.temperature = 1.0f, .top_k = 2, .top_p = 1.0f, .seed = 0}, g)];
   EXPECT_EQ(counts[0] + counts[2], 0);  // top-2 keeps tokens 1 and 3 only
   EXPECT_GT(counts[3], 700);
-  for (int i = 0; i < 200; ++i) EXPECT_EQ(sample_token(logits, {1.0f, 0, 0.3f, 0}, g), 1);
-  expect_error([] { validate(SamplingOptions{-1.0f, 0, 1.0f, 0}); }, {"temperature"});
+  for (int i = 0; i < 200; ++i)
+    EXPECT_EQ(sample_token(logits, {.temperature = 1.0f, .top_k = 0, .top_p = 0.3f, .seed = 0}, g),
+              1);
+  expect_error(
+      [] { validate(SamplingOptions{.temperature = -1.0f, .top_k = 0, .top_p = 1.0f, .seed = 0}); },
+      {"temperature"});
 }
 
 }  // namespace

@@ -25,9 +25,11 @@ struct Case {
 
 TEST(Matmul, MatchesNaiveProductForEveryTransposeAndOddShapes) {
   ThreadContext ctx(2);
-  for (Case c :
-       {Case{1, 1, 1, false, false}, Case{7, 13, 5, false, true}, Case{33, 17, 65, true, false},
-        Case{64, 31, 19, true, true}, Case{3, 250, 129, false, false}}) {
+  for (Case c : {Case{.m = 1, .n = 1, .k = 1, .ta = false, .tb = false},
+                 Case{.m = 7, .n = 13, .k = 5, .ta = false, .tb = true},
+                 Case{.m = 33, .n = 17, .k = 65, .ta = true, .tb = false},
+                 Case{.m = 64, .n = 31, .k = 19, .ta = true, .tb = true},
+                 Case{.m = 3, .n = 250, .k = 129, .ta = false, .tb = false}}) {
     // Stored shapes: a is m×k (or k×m when transposed), b is k×n (or n×k); pad leading dims by 3.
     const int64_t lda = (c.ta ? c.m : c.k) + 3, ldb = (c.tb ? c.k : c.n) + 3, ldc = c.n + 2;
     auto a = random_vector(static_cast<size_t>((c.ta ? c.k : c.m) * lda), 1);

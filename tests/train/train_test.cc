@@ -236,7 +236,7 @@ TEST(Trainer, LearnsTheDetectiveCorpus) {
   TrainOptions o;
   o.steps = 200;
   o.batch = 16;
-  o.schedule = {3e-3f, 3e-4f, 20, 200};
+  o.schedule = {.lr = 3e-3f, .min_lr = 3e-4f, .warmup = 20, .total = 200};
   o.eval_every = 200;
   o.eval_batches = 4;
   const TrainResult r = train_model(ctx, m, nullptr, train, val, o);
@@ -260,7 +260,7 @@ TEST(Trainer, ResumingGivesExactlyTheUninterruptedRun) {
   o.steps = 12;
   o.batch = 4;
   o.seq = 32;
-  o.schedule = {1e-3f, 1e-4f, 3, 12};
+  o.schedule = {.lr = 1e-3f, .min_lr = 1e-4f, .warmup = 3, .total = 12};
   o.eval_every = 6;
   o.eval_batches = 1;
   ThreadContext ctx(2);

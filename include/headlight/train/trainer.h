@@ -23,7 +23,7 @@ struct TrainOptions {
   int64_t steps = 1500;
   int64_t batch = 16;
   int64_t seq = 0;  // tokens per row; 0: the model's block_size
-  LrSchedule schedule{2e-3f, 2e-4f, 100, 1500};
+  LrSchedule schedule{.lr = 2e-3f, .min_lr = 2e-4f, .warmup = 100, .total = 1500};
   AdamWConfig adam;
   float grad_clip = 1.0f;  // ≤ 0: off
   int64_t eval_every = 250;
