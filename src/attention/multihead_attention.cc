@@ -23,6 +23,20 @@ Tensor contiguous_f32(const TensorView& t, const char* what) {
   return contiguous_copy(t);
 }
 
+// The weights forward returns from the probabilities [N, H, L, S']: averaged over the heads when
+// `average` ([N, L, S']), and without the batch dim when the input was unbatched.
+Tensor weights_of(Tensor probs, bool average, bool batched) {
+  const int64_t N = probs.size(0), H = probs.size(1), L = probs.size(2), Sx = probs.size(3);
+  if (!average) return batched ? std::move(probs) : std::move(probs).reshaped({H, L, Sx});
+  Tensor avg = Tensor::zeros({N, L, Sx});
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < L * Sx; ++i)
+        avg.data()[n * L * Sx + i] +=
+            probs.data()[(n * H + h) * L * Sx + i] / static_cast<float>(H);
+  return batched ? std::move(avg) : std::move(avg).reshaped({L, Sx});
+}
+
 }  // namespace
 
 MultiheadAttention::MultiheadAttention(const MultiheadAttentionConfig& config, uint64_t seed)
@@ -124,16 +138,13 @@ void MultiheadAttention::load_state_dict(const std::map<std::string, TensorView>
   }
 }
 
-MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& query,
-                                      const TensorView& key, const TensorView& value,
-                                      const MhaForwardOptions& opt) {
+// Checks the inputs' shapes against the config and each other (naming the argument and every
+// shape) and sets the cache's row layouts; returns whether the input is batched.
+bool MultiheadAttention::check_inputs(const TensorView& query, const TensorView& key,
+                                      const TensorView& value, Cache& k) const {
   const MultiheadAttentionConfig& c = config_;
-  const int64_t E = c.embed_dim, H = c.num_heads, Hkv = c.num_kv_heads, d = head_dim();
-  const int64_t Ekv = Hkv * d;
   const std::string shapes = fmt::format("query {}, key {}, value {}", shape_string(query.shape()),
                                          shape_string(key.shape()), shape_string(value.shape()));
-
-  // ---- Shapes and layouts.
   check(query.dim() == 2 || query.dim() == 3,
         "query: expected 3 dims ({}) or 2 dims unbatched (L, E), got {}",
         c.batch_first ? "N, L, E" : "L, N, E", shape_string(query.shape()));
@@ -141,11 +152,11 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
   check(key.dim() == query.dim() && value.dim() == query.dim(),
         "key/value: must have as many dims as query ({})", shapes);
   const bool bf = batched && c.batch_first;
+  const int64_t length_dim = batched && !bf ? 0 : (bf ? 1 : 0);
   const int64_t N = batched ? query.size(bf ? 0 : 1) : 1;
-  const int64_t L = query.size(batched && !bf ? 0 : (bf ? 1 : 0));
-  const int64_t S = key.size(batched && !bf ? 0 : (bf ? 1 : 0));
-  check(query.size(-1) == E, "query: last dim {} must equal embed_dim {} ({})", query.size(-1), E,
-        shapes);
+  const int64_t L = query.size(length_dim), S = key.size(length_dim);
+  check(query.size(-1) == c.embed_dim, "query: last dim {} must equal embed_dim {} ({})",
+        query.size(-1), c.embed_dim, shapes);
   check(key.size(-1) == c.kdim, "key: last dim {} must equal kdim {} ({})", key.size(-1), c.kdim,
         shapes);
   check(value.size(-1) == c.vdim, "value: last dim {} must equal vdim {} ({})", value.size(-1),
@@ -155,24 +166,23 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
     check(key.size(bdim) == N && value.size(bdim) == N,
           "key/value: batch size must equal query's batch size {} ({})", N, shapes);
   }
-  check(value.size(batched && !bf ? 0 : (bf ? 1 : 0)) == S,
-        "value: length must equal key's length {} ({})", S, shapes);
-
-  auto cache = std::make_unique<Cache>();
-  Cache& k = *cache;
+  check(value.size(length_dim) == S, "value: length must equal key's length {} ({})", S, shapes);
   k.query_shape = query.shape();
   k.key_shape = key.shape();
   k.value_shape = value.shape();
-  k.q_rows = RowLayout{N, L, bf};
-  k.k_rows = RowLayout{N, S, bf};
-  const int64_t Sx = S + (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
-  k.kv_len = Sx;
-  k.x_q = contiguous_f32(query, "query");
-  k.x_k = contiguous_f32(key, "key");
-  k.x_v = contiguous_f32(value, "value");
-  const int64_t rows_q = N * L, rows_k = N * S;
+  k.q_rows = RowLayout{.batch = N, .length = L, .batch_first = bf};
+  k.k_rows = RowLayout{.batch = N, .length = S, .batch_first = bf};
+  k.kv_len = S + (c.add_bias_kv ? 1 : 0) + (c.add_zero_attn ? 1 : 0);
+  return batched;
+}
 
-  // ---- Input projections.
+// q = x_q·W_qᵀ + b_q [rows_q, E]; keys and values projected and laid out per head with the extra
+// bias and zero rows: k_full, v_full [N, H_kv, S', d].
+void MultiheadAttention::project(ThreadContext& ctx, Cache& k) const {
+  const MultiheadAttentionConfig& c = config_;
+  const int64_t E = c.embed_dim, Hkv = c.num_kv_heads, d = head_dim(), Ekv = Hkv * d;
+  const int64_t N = k.q_rows.batch, S = k.k_rows.length, Sx = k.kv_len;
+  const int64_t rows_q = N * k.q_rows.length, rows_k = N * S;
   const bool packed = packed_in_proj();
   const float* w_q =
       packed ? params_.at("in_proj_weight").data() : params_.at("q_proj_weight").data();
@@ -189,8 +199,6 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
                       k.x_k.data(), c.kdim, w_k, b_k, kp.data(), Ekv);
   ops::linear_forward(ctx, {.rows = rows_k, .in_features = c.vdim, .out_features = Ekv},
                       k.x_v.data(), c.vdim, w_v, b_v, vp.data(), Ekv);
-
-  // ---- Keys and values per head, with the extra bias and zero rows: [N, H_kv, S', d].
   k.k_full = Tensor::zeros({N, Hkv, Sx, d});
   k.v_full = Tensor::zeros({N, Hkv, Sx, d});
   for (int64_t n = 0; n < N; ++n)
@@ -206,8 +214,13 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
         std::memcpy(vd + S * d, params_.at("bias_v").data() + g * d, d * sizeof(float));
       }
     }
+}
 
-  // ---- Masks, merged into one additive float mask [Nm, Hm, Lm, S'].
+// attn_mask and key_padding_mask, checked and merged into one additive float mask
+// k.mask [Nm, Hm, Lm, S'] (dims of 1 broadcast) that the attention options point at.
+void MultiheadAttention::merge_masks(const MhaForwardOptions& opt, bool batched, Cache& k) const {
+  const int64_t H = config_.num_heads, N = k.q_rows.batch, L = k.q_rows.length;
+  const int64_t S = k.k_rows.length, Sx = k.kv_len;
   const float ninf = -std::numeric_limits<float>::infinity();
   const TensorView& am = opt.attn_mask;
   const TensorView& kpm = opt.key_padding_mask;
@@ -235,34 +248,50 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
           shape_string(want));
   }
   AttentionOptions& o = k.params.options;
-  if (has_am || has_kpm) {
-    const int64_t Nm = (has_kpm || am_per_head) ? N : 1, Hm = am_per_head ? H : 1;
-    const int64_t Lm = has_am ? L : 1;
-    k.mask = Tensor::zeros({Nm, Hm, Lm, Sx});
-    auto value_at = [&](const TensorView& m, const Shape& idx) -> float {
-      int64_t off = 0;
-      for (size_t i = 0; i < idx.size(); ++i) off += idx[i] * m.strides()[i];
-      if (m.dtype() == DType::boolean) return m.data_as<uint8_t>()[off] ? ninf : 0.0f;
-      return m.data_as<float>()[off];
-    };
-    for (int64_t n = 0; n < Nm; ++n)
-      for (int64_t h = 0; h < Hm; ++h)
-        for (int64_t l = 0; l < Lm; ++l) {
-          float* row = k.mask.data() + ((n * Hm + h) * Lm + l) * Sx;
-          for (int64_t s = 0; s < S; ++s) {
-            float m = 0;
-            if (has_am) m += am_per_head ? value_at(am, {n * H + h, l, s}) : value_at(am, {l, s});
-            if (has_kpm) m += batched ? value_at(kpm, {n, s}) : value_at(kpm, {s});
-            row[s] = m;
-          }
-        }
-    o.mask = MaskOperand{.kind = MaskKind::additive,
-                         .data = k.mask.data(),
-                         .batch_stride = Nm > 1 ? Hm * Lm * Sx : 0,
-                         .head_stride = Hm > 1 ? Lm * Sx : 0,
-                         .row_stride = Lm > 1 ? Sx : 0};
-  }
   o.causal = opt.is_causal && !has_am;
+  if (!has_am && !has_kpm) return;
+  const int64_t Nm = (has_kpm || am_per_head) ? N : 1, Hm = am_per_head ? H : 1;
+  const int64_t Lm = has_am ? L : 1;
+  k.mask = Tensor::zeros({Nm, Hm, Lm, Sx});
+  auto value_at = [&](const TensorView& m, const Shape& idx) -> float {
+    int64_t off = 0;
+    for (size_t i = 0; i < idx.size(); ++i) off += idx[i] * m.strides()[i];
+    if (m.dtype() == DType::boolean) return m.data_as<uint8_t>()[off] ? ninf : 0.0f;
+    return m.data_as<float>()[off];
+  };
+  for (int64_t n = 0; n < Nm; ++n)
+    for (int64_t h = 0; h < Hm; ++h)
+      for (int64_t l = 0; l < Lm; ++l) {
+        float* row = k.mask.data() + ((n * Hm + h) * Lm + l) * Sx;
+        for (int64_t s = 0; s < S; ++s) {
+          float m = 0;
+          if (has_am) m += am_per_head ? value_at(am, {n * H + h, l, s}) : value_at(am, {l, s});
+          if (has_kpm) m += batched ? value_at(kpm, {n, s}) : value_at(kpm, {s});
+          row[s] = m;
+        }
+      }
+  o.mask = MaskOperand{.kind = MaskKind::additive,
+                       .data = k.mask.data(),
+                       .batch_stride = Nm > 1 ? Hm * Lm * Sx : 0,
+                       .head_stride = Hm > 1 ? Lm * Sx : 0,
+                       .row_stride = Lm > 1 ? Sx : 0};
+}
+
+MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& query,
+                                      const TensorView& key, const TensorView& value,
+                                      const MhaForwardOptions& opt) {
+  const MultiheadAttentionConfig& c = config_;
+  const int64_t E = c.embed_dim, H = c.num_heads, Hkv = c.num_kv_heads, d = head_dim();
+  auto cache = std::make_unique<Cache>();
+  Cache& k = *cache;
+  const bool batched = check_inputs(query, key, value, k);
+  const int64_t N = k.q_rows.batch, L = k.q_rows.length, Sx = k.kv_len, rows_q = N * L;
+  k.x_q = contiguous_f32(query, "query");
+  k.x_k = contiguous_f32(key, "key");
+  k.x_v = contiguous_f32(value, "value");
+  project(ctx, k);
+  merge_masks(opt, batched, k);
+  AttentionOptions& o = k.params.options;
   o.alignment = Alignment::top_left;
   if (training_ && c.dropout > 0.0f) {
     o.dropout_p = c.dropout;
@@ -314,20 +343,8 @@ MhaOutput MultiheadAttention::forward(ThreadContext& ctx, const TensorView& quer
                       params_.at("out_proj.weight").data(),
                       c.bias ? params_.at("out_proj.bias").data() : nullptr, out.output.data(), E);
   k.output_shape = out.output.shape();
-
-  if (opt.need_weights) {
-    if (opt.average_attn_weights) {
-      Tensor avg = Tensor::zeros({N, L, Sx});
-      for (int64_t n = 0; n < N; ++n)
-        for (int64_t h = 0; h < H; ++h)
-          for (int64_t i = 0; i < L * Sx; ++i)
-            avg.data()[n * L * Sx + i] +=
-                probs.data()[(n * H + h) * L * Sx + i] / static_cast<float>(H);
-      out.weights = batched ? std::move(avg) : std::move(avg).reshaped({L, Sx});
-    } else {
-      out.weights = batched ? std::move(probs) : std::move(probs).reshaped({H, L, Sx});
-    }
-  }
+  if (opt.need_weights)
+    out.weights = weights_of(std::move(probs), opt.average_attn_weights, batched);
   cache_ = std::move(cache);
   return out;
 }

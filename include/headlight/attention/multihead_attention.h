@@ -100,6 +100,12 @@ class MultiheadAttention {
 
  private:
   struct Cache;
+  // The steps of forward (multihead_attention.cc).
+  bool check_inputs(const TensorView& query, const TensorView& key, const TensorView& value,
+                    Cache& k) const;
+  void project(ThreadContext& ctx, Cache& k) const;
+  void merge_masks(const MhaForwardOptions& options, bool batched, Cache& k) const;
+
   MultiheadAttentionConfig config_;
   std::vector<std::string> names_;
   std::map<std::string, Tensor> params_;
