@@ -80,13 +80,33 @@ py::tuple mha_forward(PyMultiheadAttention& self, const py::object& query, const
   return py::make_tuple(to_numpy(std::move(out.output)), weights);
 }
 
-}  // namespace
+// MultiheadAttention(embed_dim, num_heads, …) with torch.nn.MultiheadAttention's arguments.
+PyMultiheadAttention* make_multihead_attention(int64_t embed_dim, int64_t num_heads, float dropout,
+                                               bool bias, bool add_bias_kv, bool add_zero_attn,
+                                               std::optional<int64_t> kdim,
+                                               std::optional<int64_t> vdim, bool batch_first,
+                                               std::optional<int64_t> num_kv_heads, uint64_t seed,
+                                               std::optional<int> threads,
+                                               const std::string& kernel) {
+  if (kdim) check(*kdim > 0, "kdim: must be positive, got {}", *kdim);
+  if (vdim) check(*vdim > 0, "vdim: must be positive, got {}", *vdim);
+  if (num_kv_heads)
+    check(*num_kv_heads > 0, "num_kv_heads: must be positive, got {}", *num_kv_heads);
+  const MultiheadAttentionConfig c{.embed_dim = embed_dim,
+                                   .num_heads = num_heads,
+                                   .dropout = dropout,
+                                   .bias = bias,
+                                   .add_bias_kv = add_bias_kv,
+                                   .add_zero_attn = add_zero_attn,
+                                   .kdim = kdim.value_or(0),
+                                   .vdim = vdim.value_or(0),
+                                   .batch_first = batch_first,
+                                   .num_kv_heads = num_kv_heads.value_or(0),
+                                   .kernel = attention::parse_kernel_choice(kernel, "kernel")};
+  return new PyMultiheadAttention{MultiheadAttention(c, seed), ThreadContext(threads.value_or(0))};
+}
 
-PYBIND11_MODULE(_headlight, m) {
-  bind_gpt(m);
-  m.doc() = "headlight: multi-head attention kernels, a PyTorch-compatible module, head inspection";
-  py::register_exception<Error>(m, "HeadlightError", PyExc_ValueError);
-
+void bind_sdpa(py::module_& m) {
   m.def(
       "scaled_dot_product_attention",
       [](const py::object& query, const py::object& key, const py::object& value,
@@ -135,37 +155,16 @@ PYBIND11_MODULE(_headlight, m) {
       py::arg("scale") = py::none(), py::arg("enable_gqa") = false, py::kw_only(),
       py::arg("kernel") = "automatic",
       "Gradients (grad_query, grad_key, grad_value) of scaled_dot_product_attention.");
+}
 
+void bind_multihead_attention(py::module_& m) {
   py::class_<PyMultiheadAttention>(m, "MultiheadAttention")
-      .def(py::init([](int64_t embed_dim, int64_t num_heads, float dropout, bool bias,
-                       bool add_bias_kv, bool add_zero_attn, std::optional<int64_t> kdim,
-                       std::optional<int64_t> vdim, bool batch_first,
-                       std::optional<int64_t> num_kv_heads, uint64_t seed,
-                       std::optional<int> threads, const std::string& kernel) {
-             MultiheadAttentionConfig c;
-             c.embed_dim = embed_dim;
-             c.num_heads = num_heads;
-             c.dropout = dropout;
-             c.bias = bias;
-             c.add_bias_kv = add_bias_kv;
-             c.add_zero_attn = add_zero_attn;
-             if (kdim) check(*kdim > 0, "kdim: must be positive, got {}", *kdim);
-             if (vdim) check(*vdim > 0, "vdim: must be positive, got {}", *vdim);
-             if (num_kv_heads)
-               check(*num_kv_heads > 0, "num_kv_heads: must be positive, got {}", *num_kv_heads);
-             c.kdim = kdim.value_or(0);
-             c.vdim = vdim.value_or(0);
-             c.batch_first = batch_first;
-             c.num_kv_heads = num_kv_heads.value_or(0);
-             c.kernel = attention::parse_kernel_choice(kernel, "kernel");
-             return new PyMultiheadAttention{MultiheadAttention(c, seed),
-                                             ThreadContext(threads.value_or(0))};
-           }),
-           py::arg("embed_dim"), py::arg("num_heads"), py::arg("dropout") = 0.0f,
-           py::arg("bias") = true, py::arg("add_bias_kv") = false, py::arg("add_zero_attn") = false,
-           py::arg("kdim") = py::none(), py::arg("vdim") = py::none(),
-           py::arg("batch_first") = false, py::arg("num_kv_heads") = py::none(), py::kw_only(),
-           py::arg("seed") = 0, py::arg("threads") = py::none(), py::arg("kernel") = "automatic")
+      .def(py::init(&make_multihead_attention), py::arg("embed_dim"), py::arg("num_heads"),
+           py::arg("dropout") = 0.0f, py::arg("bias") = true, py::arg("add_bias_kv") = false,
+           py::arg("add_zero_attn") = false, py::arg("kdim") = py::none(),
+           py::arg("vdim") = py::none(), py::arg("batch_first") = false,
+           py::arg("num_kv_heads") = py::none(), py::kw_only(), py::arg("seed") = 0,
+           py::arg("threads") = py::none(), py::arg("kernel") = "automatic")
       .def_property_readonly(
           "embed_dim", [](const PyMultiheadAttention& s) { return s.module.config().embed_dim; })
       .def_property_readonly(
@@ -251,7 +250,17 @@ PYBIND11_MODULE(_headlight, m) {
                                   to_numpy(std::move(g.value)));
           },
           py::arg("grad_output"));
+}
 
+}  // namespace
+
+PYBIND11_MODULE(_headlight, m) {
+  bind_gpt(m);
+  m.doc() = "headlight: multi-head attention kernels, a PyTorch-compatible module, head inspection";
+  py::register_exception<Error>(m, "HeadlightError", PyExc_ValueError);
+
+  bind_sdpa(m);
+  bind_multihead_attention(m);
   m.def("cpu_info", [] {
     CpuInfo info = cpu_info();
     py::dict d;

@@ -83,17 +83,106 @@ py::dict state_dict(const model::GPT& m, const float* base) {
   return out;
 }
 
-}  // namespace
+// The bytes of a str (UTF-8) or bytes object.
+std::string text_bytes(const py::object& text) {
+  return py::isinstance<py::bytes>(text) ? std::string(py::bytes(text))
+                                         : std::string(py::str(text));
+}
 
-void bind_gpt(py::module_& m) {
+// ---- GPT methods that do more than convert arguments.
+
+py::array_t<float> gpt_forward(PyGPT& self, const py::object& tokens) {
+  int64_t b, t;
+  auto arr = token_array(tokens, "tokens", b, t);
+  const float* logits;
+  {
+    py::gil_scoped_release release;
+    logits = self.model->forward(self.ctx, arr.data(), b, t);
+  }
+  return copy_to_numpy(logits, {b, t, self.model->config().vocab_size});
+}
+
+py::tuple gpt_loss_and_grads(PyGPT& self, const py::object& tokens, const py::object& targets) {
+  int64_t b, t;
+  auto [x, y] = token_pair(tokens, targets, b, t);
+  double loss;
+  {
+    py::gil_scoped_release release;
+    self.model->zero_grads();
+    loss = self.model->forward_backward(self.ctx, x.data(), y.data(), b, t);
+  }
+  return py::make_tuple(loss, state_dict(*self.model, self.model->grads()));
+}
+
+double gpt_loss(PyGPT& self, const py::object& tokens, const py::object& targets) {
+  int64_t b, t;
+  auto [x, y] = token_pair(tokens, targets, b, t);
+  py::gil_scoped_release release;
+  return self.model->loss(self.ctx, x.data(), y.data(), b, t);
+}
+
+// Every layer's and head's attention [n_layer, n_head, T, T] for one sequence (zeros for the heads
+// a pruned layer lacks).
+py::array_t<float> gpt_attention(PyGPT& self, const py::object& tokens) {
+  int64_t b, t;
+  auto arr = token_array(tokens, "tokens", b, t);
+  check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
+  const auto& c = self.model->config();
+  py::array_t<float> probs({c.n_layer, c.n_head, t, t});
+  std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(), 0.0f);
+  model::ForwardOptions o;
+  o.attention_probs = probs.mutable_data();
+  {
+    py::gil_scoped_release release;
+    self.model->forward(self.ctx, arr.data(), b, t, o);
+  }
+  return probs;
+}
+
+std::vector<int32_t> gpt_generate(PyGPT& self, const py::object& tokens, int64_t max_new_tokens,
+                                  float temperature, std::optional<int64_t> top_k,
+                                  std::optional<float> top_p, uint64_t seed) {
+  int64_t b, t;
+  auto arr = token_array(tokens, "tokens", b, t);
+  check(b == 1, "tokens: generate() takes one sequence, got a batch of {}", b);
+  const model::SamplingOptions o{.temperature = temperature,
+                                 .top_k = top_k.value_or(0),
+                                 .top_p = top_p.value_or(1.0f),
+                                 .seed = seed};
+  py::gil_scoped_release release;
+  return model::generate(self.ctx, *self.model, {arr.data(), static_cast<size_t>(t)},
+                         max_new_tokens, o);
+}
+
+// Checks every entry before writing any, so that a bad dict leaves the model unchanged.
+void gpt_load_state_dict(PyGPT& self, const py::dict& d) {
+  const auto& layout = self.model->layout();
+  for (const auto& e : layout.entries())
+    check(d.contains(e.name), "state_dict: missing \"{}\"", e.name);
+  std::vector<std::pair<const model::ParameterEntry*, py::array_t<float>>> checked;
+  for (const auto& [key, value] : d) {
+    const std::string name = py::str(key);
+    const auto* e = layout.find(name);
+    check(e != nullptr, "state_dict: unexpected \"{}\"", name);
+    auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(value);
+    check(static_cast<bool>(a), "state_dict: \"{}\" is not an array", name);
+    std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
+    check(shape == e->shape, "state_dict: \"{}\" has shape {}, expected {}", name,
+          shape_string(shape), shape_string(e->shape));
+    checked.emplace_back(e, std::move(a));
+  }
+  for (const auto& [e, a] : checked)
+    std::memcpy(self.model->params() + e->offset, a.data(),
+                sizeof(float) * static_cast<size_t>(e->numel));
+}
+
+void bind_tokenizer(py::module_& m) {
   py::class_<model::Tokenizer>(m, "Tokenizer")
       .def_static("byte_level", &model::Tokenizer::byte_level)
       .def_static(
           "train_bpe",
           [](const py::object& text, int64_t vocab) {
-            const std::string s = py::isinstance<py::bytes>(text) ? std::string(py::bytes(text))
-                                                                  : std::string(py::str(text));
-            return model::Tokenizer::train_bpe(s, vocab);
+            return model::Tokenizer::train_bpe(text_bytes(text), vocab);
           },
           py::arg("text"), py::arg("vocab_size"))
       .def_property_readonly("vocab_size", &model::Tokenizer::vocab_size)
@@ -101,9 +190,7 @@ void bind_gpt(py::module_& m) {
       .def(
           "encode",
           [](const model::Tokenizer& t, const py::object& text) {
-            const std::string s = py::isinstance<py::bytes>(text) ? std::string(py::bytes(text))
-                                                                  : std::string(py::str(text));
-            return t.encode(s);
+            return t.encode(text_bytes(text));
           },
           py::arg("text"))
       .def(
@@ -115,11 +202,12 @@ void bind_gpt(py::module_& m) {
       .def(
           "decode",
           [](const model::Tokenizer& t, const std::vector<int32_t>& ids) {
-            const std::string s = t.decode(ids);
-            return py::bytes(s).attr("decode")("utf-8", "replace");
+            return py::bytes(t.decode(ids)).attr("decode")("utf-8", "replace");
           },
           py::arg("tokens"));
+}
 
+void bind_gpt_model(py::module_& m) {
   py::class_<PyGPT>(m, "GPT")
       .def(py::init([](const py::dict& config, uint64_t seed, int threads) {
              auto gpt = std::make_unique<model::GPT>(config_from(config), seed);
@@ -152,103 +240,16 @@ void bind_gpt(py::module_& m) {
                   t ? t->vocab_size() : 0, self.model->config().vocab_size);
             self.tokenizer = t;
           })
-      .def(
-          "forward",
-          [](PyGPT& self, const py::object& tokens) {
-            int64_t b, t;
-            auto arr = token_array(tokens, "tokens", b, t);
-            const float* logits;
-            {
-              py::gil_scoped_release release;
-              logits = self.model->forward(self.ctx, arr.data(), b, t);
-            }
-            return copy_to_numpy(logits, {b, t, self.model->config().vocab_size});
-          },
-          py::arg("tokens"))
-      .def(
-          "loss_and_grads",
-          [](PyGPT& self, const py::object& tokens, const py::object& targets) {
-            int64_t b, t;
-            auto [x, y] = token_pair(tokens, targets, b, t);
-            double loss;
-            {
-              py::gil_scoped_release release;
-              self.model->zero_grads();
-              loss = self.model->forward_backward(self.ctx, x.data(), y.data(), b, t);
-            }
-            return py::make_tuple(loss, state_dict(*self.model, self.model->grads()));
-          },
-          py::arg("tokens"), py::arg("targets"))
-      .def(
-          "loss",
-          [](PyGPT& self, const py::object& tokens, const py::object& targets) {
-            int64_t b, t;
-            auto [x, y] = token_pair(tokens, targets, b, t);
-            py::gil_scoped_release release;
-            return self.model->loss(self.ctx, x.data(), y.data(), b, t);
-          },
-          py::arg("tokens"), py::arg("targets"))
-      .def(
-          "attention",
-          [](PyGPT& self, const py::object& tokens) {
-            int64_t b, t;
-            auto arr = token_array(tokens, "tokens", b, t);
-            check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
-            const auto& c = self.model->config();
-            py::array_t<float> probs({c.n_layer, c.n_head, t, t});
-            std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(),
-                      0.0f);  // pruned heads
-            model::ForwardOptions o;
-            o.attention_probs = probs.mutable_data();
-            {
-              py::gil_scoped_release release;
-              self.model->forward(self.ctx, arr.data(), b, t, o);
-            }
-            return probs;
-          },
-          py::arg("tokens"))
-      .def(
-          "generate",
-          [](PyGPT& self, const py::object& tokens, int64_t max_new_tokens, float temperature,
-             std::optional<int64_t> top_k, std::optional<float> top_p, uint64_t seed) {
-            int64_t b, t;
-            auto arr = token_array(tokens, "tokens", b, t);
-            check(b == 1, "tokens: generate() takes one sequence, got a batch of {}", b);
-            model::SamplingOptions o{.temperature = temperature,
-                                     .top_k = top_k.value_or(0),
-                                     .top_p = top_p.value_or(1.0f),
-                                     .seed = seed};
-            std::vector<int32_t> out;
-            {
-              py::gil_scoped_release release;
-              out = model::generate(self.ctx, *self.model, {arr.data(), static_cast<size_t>(t)},
-                                    max_new_tokens, o);
-            }
-            return out;
-          },
-          py::arg("tokens"), py::arg("max_new_tokens"), py::arg("temperature") = 1.0f,
-          py::arg("top_k") = py::none(), py::arg("top_p") = py::none(), py::arg("seed") = 0)
+      .def("forward", &gpt_forward, py::arg("tokens"))
+      .def("loss_and_grads", &gpt_loss_and_grads, py::arg("tokens"), py::arg("targets"))
+      .def("loss", &gpt_loss, py::arg("tokens"), py::arg("targets"))
+      .def("attention", &gpt_attention, py::arg("tokens"))
+      .def("generate", &gpt_generate, py::arg("tokens"), py::arg("max_new_tokens"),
+           py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
+           py::arg("top_p") = py::none(), py::arg("seed") = 0)
       .def("state_dict",
            [](const PyGPT& self) { return state_dict(*self.model, self.model->params()); })
-      .def(
-          "load_state_dict",
-          [](PyGPT& self, const py::dict& d) {
-            const auto& layout = self.model->layout();
-            for (const auto& e : layout.entries())
-              check(d.contains(e.name), "state_dict: missing \"{}\"", e.name);
-            for (const auto& [key, value] : d) {
-              const std::string name = py::str(key);
-              const auto* e = layout.find(name);
-              check(e != nullptr, "state_dict: unexpected \"{}\"", name);
-              auto a = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(value);
-              std::vector<int64_t> shape(a.shape(), a.shape() + a.ndim());
-              check(shape == e->shape, "state_dict: \"{}\" has shape {}, expected {}", name,
-                    shape_string(shape), shape_string(e->shape));
-              std::memcpy(self.model->params() + e->offset, a.data(),
-                          sizeof(float) * static_cast<size_t>(e->numel));
-            }
-          },
-          py::arg("state_dict"))
+      .def("load_state_dict", &gpt_load_state_dict, py::arg("state_dict"))
       .def_property(
           "gates",
           [](const PyGPT& self) {
@@ -272,12 +273,16 @@ void bind_gpt(py::module_& m) {
                                          self.model->layout().total(), max_norm);
           },
           py::arg("max_norm"));
+}
 
+void bind_optimizer(py::module_& m) {
   py::class_<train::AdamW>(m, "AdamW")
       .def(py::init([](PyGPT& model, std::pair<float, float> betas, float eps, float weight_decay) {
              return std::make_unique<train::AdamW>(
-                 model.model->layout(),
-                 train::AdamWConfig{betas.first, betas.second, eps, weight_decay});
+                 model.model->layout(), train::AdamWConfig{.beta1 = betas.first,
+                                                           .beta2 = betas.second,
+                                                           .eps = eps,
+                                                           .weight_decay = weight_decay});
            }),
            py::arg("model"), py::kw_only(), py::arg("betas") = std::make_pair(0.9f, 0.95f),
            py::arg("eps") = 1e-8f, py::arg("weight_decay") = 0.1f)
@@ -296,6 +301,14 @@ void bind_gpt(py::module_& m) {
             step);
       },
       py::arg("step"), py::arg("lr"), py::arg("min_lr"), py::arg("warmup"), py::arg("total"));
+}
+
+}  // namespace
+
+void bind_gpt(py::module_& m) {
+  bind_tokenizer(m);
+  bind_gpt_model(m);
+  bind_optimizer(m);
 }
 
 }  // namespace headlight::python
