@@ -18,11 +18,9 @@ nlohmann::json timing_json(const Timing& t) {
 
 void add_bench_attention(CLI::App& bench);
 
-void add_bench(CLI::App& app) {
-  auto* bench =
-      app.add_subcommand("bench", "Benchmarks, reported as a fraction of this machine's peak");
-  bench->require_subcommand(1);
+namespace {
 
+void add_bench_peak(CLI::App& bench) {
   struct PeakArgs {
     int threads = 2;
     int repeats = 7;
@@ -30,7 +28,7 @@ void add_bench(CLI::App& app) {
   };
   auto peak_args = std::make_shared<PeakArgs>();
   auto* peak =
-      bench->add_subcommand("peak", "FP32 FMA peak (GFLOP/s) of an in-register microbenchmark");
+      bench.add_subcommand("peak", "FP32 FMA peak (GFLOP/s) of an in-register microbenchmark");
   add_threads_option(peak, peak_args->threads, 2);
   positive(peak->add_option("--repeats", peak_args->repeats, "Repeats (the best is reported)")
                ->capture_default_str());
@@ -46,17 +44,16 @@ void add_bench(CLI::App& app) {
       fmt::print("FMA peak: {:.1f} GFLOP/s on {} thread(s) ({})\n", r.gflops, r.threads, r.target);
     }
   });
+}
 
-  add_bench_attention(*bench);
-
+void add_bench_bandwidth(CLI::App& bench) {
   struct BandwidthArgs {
     int threads = 2;
     int64_t mib = 512;
     bool json = false;
   };
   auto bw = std::make_shared<BandwidthArgs>();
-  auto* bandwidth =
-      bench->add_subcommand("bandwidth", "Memory read bandwidth (streaming SIMD sum)");
+  auto* bandwidth = bench.add_subcommand("bandwidth", "Memory read bandwidth (streaming SIMD sum)");
   add_threads_option(bandwidth, bw->threads, 2);
   positive(bandwidth->add_option("--mib", bw->mib, "Buffer size in MiB")->capture_default_str());
   bandwidth->add_flag("--json", bw->json, "Machine-readable output");
@@ -72,10 +69,12 @@ void add_bench(CLI::App& app) {
                  r.gbytes_per_second, r.threads, bw->mib);
     }
   });
+}
 
+void add_bench_matmul(CLI::App& bench) {
   auto mm = std::make_shared<bench::MatmulBenchConfig>();
   auto mm_json = std::make_shared<bool>(false);
-  auto* matmul = bench->add_subcommand(
+  auto* matmul = bench.add_subcommand(
       "matmul", "oneDNN matrix product C[m,n] = A[m,k]·B[k,n] (B stored [n,k])");
   positive(matmul->add_option("--m", mm->m, "Rows of A and C")->capture_default_str());
   positive(matmul->add_option("--n", mm->n, "Columns of B and C")->capture_default_str());
@@ -105,6 +104,18 @@ void add_bench(CLI::App& app) {
           100 * r.fraction_of_peak, r.peak.gflops);
     }
   });
+}
+
+}  // namespace
+
+void add_bench(CLI::App& app) {
+  auto* bench =
+      app.add_subcommand("bench", "Benchmarks, reported as a fraction of this machine's peak");
+  bench->require_subcommand(1);
+  add_bench_peak(*bench);
+  add_bench_attention(*bench);
+  add_bench_bandwidth(*bench);
+  add_bench_matmul(*bench);
 }
 
 void add_bench_attention(CLI::App& bench) {

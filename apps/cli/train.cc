@@ -34,7 +34,9 @@ struct TrainArgs {
   int threads = 0;
   bool json = false;
   std::string out = "model.safetensors";
-  std::string init;  // a checkpoint whose weights and tokenizer the run starts from
+  std::string init;                 // a checkpoint whose weights and tokenizer the run starts from
+  CLI::App* model_group = nullptr;  // the model options, refused with --resume/--init
+  CLI::Option* tokenizer_option = nullptr;  // likewise
 };
 
 std::string duration(double seconds) {
@@ -65,116 +67,126 @@ void report(const train::StepReport& r, int64_t log_every, bool tty) {
   }
 }
 
+void add_train_options(CLI::App* cmd, TrainArgs& a) {
+  cmd->add_option("--corpus", a.corpus, "\"detective\" or a text file (last tenth: validation)")
+      ->capture_default_str();
+  cmd->add_option("--out", a.out, "Checkpoint to write (safetensors)")->capture_default_str();
+  a.tokenizer_option = cmd->add_option("--tokenizer", a.tokenizer,
+                                       "byte, bpe:VOCAB (learnt from the corpus) or a JSON file")
+                           ->capture_default_str();
+  positive(cmd->add_option("--stories", a.stories, "Training stories (detective corpus)")
+               ->capture_default_str());
+  positive(
+      cmd->add_option("--val-stories", a.val_stories, "Validation stories")->capture_default_str());
+  add_corpus_shape_options(cmd, a.shape);
+  cmd->add_option("--corpus-seed", a.shape.seed, "Seed of the detective corpus")
+      ->capture_default_str();
+  a.model_group = cmd->add_option_group("model");
+  a.model.add(a.model_group);
+  auto* t = cmd->add_option_group("training");
+  positive(t->add_option("--steps", a.train.steps, "Optimizer steps")->capture_default_str());
+  positive(t->add_option("--batch", a.train.batch, "Sequences per step")->capture_default_str());
+  at_least(t->add_option("--seq", a.train.seq, "Tokens per sequence (0: block size)")
+               ->capture_default_str(),
+           0);
+  positive(t->add_option("--lr", a.lr, "Peak learning rate")->capture_default_str());
+  at_least(t->add_option("--min-lr", a.min_lr, "Final learning rate")->capture_default_str(), 0);
+  at_least(t->add_option("--warmup", a.warmup, "Warmup steps")->capture_default_str(), 0);
+  at_least(t->add_option("--weight-decay", a.train.adam.weight_decay, "AdamW weight decay")
+               ->capture_default_str(),
+           0);
+  at_least(t->add_option("--grad-clip", a.train.grad_clip, "Gradient norm clip (0: off)")
+               ->capture_default_str(),
+           0);
+  positive(t->add_option("--eval-every", a.train.eval_every, "Steps between evaluations")
+               ->capture_default_str());
+  positive(t->add_option("--eval-batches", a.train.eval_batches, "Batches per evaluation")
+               ->capture_default_str());
+  at_least(t->add_option("--checkpoint-every", a.train.checkpoint_every,
+                         "Steps between checkpoints (0: at evaluations)")
+               ->capture_default_str(),
+           0);
+  t->add_option("--seed", a.train.seed, "Seed of the weights, batches and dropout")
+      ->capture_default_str();
+  t->add_option("--metrics", a.train.metrics, "JSONL metrics log");
+  t->add_flag("--resume", a.train.resume, "Continue from --out and its optimizer state");
+  t->add_option("--init", a.init,
+                "Start from this checkpoint's weights and tokenizer (fine-tuning: a new optimizer "
+                "and schedule; the model options are the checkpoint's)")
+      ->excludes("--resume");
+  add_threads_option(cmd, a.threads);
+  cmd->add_flag("--json", a.json, "Print the result as JSON");
+}
+
+// A run that starts from a checkpoint takes its model and tokenizer: options that would describe
+// another one are an error rather than silently ignored.
+void check_checkpoint_options(const TrainArgs& a) {
+  if (!a.train.resume && a.init.empty()) return;
+  std::vector<CLI::Option*> given = a.model_group->get_options();
+  given.push_back(a.tokenizer_option);
+  for (const CLI::Option* opt : given)
+    check(opt->count() == 0, "{}: the model and tokenizer come from the checkpoint ({}); drop {}",
+          a.train.resume ? "--resume" : "--init", a.train.resume ? a.out : a.init, opt->get_name());
+}
+
+void print_result(const train::TrainResult& r, const TrainArgs& a) {
+  const nlohmann::json j = {{"steps", r.steps},       {"train_loss", r.train_loss},
+                            {"val_loss", r.val_loss}, {"val_perplexity", std::exp(r.val_loss)},
+                            {"seconds", r.seconds},   {"tokens_per_second", r.tokens_per_second},
+                            {"checkpoint", a.out}};
+  if (a.json) {
+    fmt::print("{}\n", j.dump());
+  } else {
+    fmt::print(
+        "trained {} steps in {}: train loss {:.4f}, validation loss {:.4f} (perplexity "
+        "{:.2f}), {:.0f} tokens/s; wrote {}\n",
+        r.steps, duration(r.seconds), r.train_loss, r.val_loss, std::exp(r.val_loss),
+        r.tokens_per_second, a.out);
+  }
+}
+
+void run_train(const TrainArgs& a) {
+  check_checkpoint_options(a);
+  model::GPTConfig c = a.model.config();
+  const train::TextSplits text = train::load_text(a.corpus, a.stories, a.val_stories, a.shape);
+  ThreadContext ctx(a.threads);
+  train::TrainOptions o = a.train;
+  o.out = a.out;
+  o.schedule = {.lr = a.lr, .min_lr = a.min_lr, .warmup = a.warmup, .total = o.steps};
+  std::optional<model::GPT> gpt;
+  std::optional<model::Tokenizer> tok;
+  if (o.resume || !a.init.empty()) {
+    train::LoadedModel loaded = train::load_model(o.resume ? a.out : a.init);
+    gpt.emplace(std::move(loaded.model));
+    tok = std::move(loaded.tokenizer);
+  } else {
+    tok = make_tokenizer(a.tokenizer, text.train);
+    // Encoders need one id the tokenizer never produces: the mask token.
+    c.vocab_size = tok->vocab_size() + (c.causal ? 0 : 1);
+    gpt.emplace(c, o.seed);
+  }
+  const std::vector<int32_t> train_ids = tok->encode(text.train),
+                             val_ids = tok->encode(text.validation);
+  fmt::print(stderr,
+             "training a {}-layer, {}-head, n_embd {} model ({} parameters) on {} tokens "
+             "({} validation) with {} threads\n",
+             gpt->config().n_layer, gpt->config().n_head, gpt->config().n_embd,
+             gpt->layout().total(), train_ids.size(), val_ids.size(), ctx.num_threads());
+  const bool tty = ::isatty(::fileno(stderr)) != 0;
+  const train::TrainResult r =
+      train::train_model(ctx, *gpt, tok ? &*tok : nullptr, train_ids, val_ids, o,
+                         [&](const train::StepReport& s) { report(s, o.log_every, tty); });
+  if (tty) fmt::print(stderr, "\n");
+  print_result(r, a);
+}
+
 }  // namespace
 
 void add_train(CLI::App& app) {
   auto a = std::make_shared<TrainArgs>();
   auto* cmd = app.add_subcommand("train", "Train a GPT-style model on a corpus");
-  cmd->add_option("--corpus", a->corpus, "\"detective\" or a text file (last tenth: validation)")
-      ->capture_default_str();
-  cmd->add_option("--out", a->out, "Checkpoint to write (safetensors)")->capture_default_str();
-  auto* tokenizer = cmd->add_option("--tokenizer", a->tokenizer,
-                                    "byte, bpe:VOCAB (learnt from the corpus) or a JSON file")
-                        ->capture_default_str();
-  positive(cmd->add_option("--stories", a->stories, "Training stories (detective corpus)")
-               ->capture_default_str());
-  positive(cmd->add_option("--val-stories", a->val_stories, "Validation stories")
-               ->capture_default_str());
-  add_corpus_shape_options(cmd, a->shape);
-  cmd->add_option("--corpus-seed", a->shape.seed, "Seed of the detective corpus")
-      ->capture_default_str();
-  auto* m = cmd->add_option_group("model");
-  a->model.add(m);
-  auto* t = cmd->add_option_group("training");
-  positive(t->add_option("--steps", a->train.steps, "Optimizer steps")->capture_default_str());
-  positive(t->add_option("--batch", a->train.batch, "Sequences per step")->capture_default_str());
-  at_least(t->add_option("--seq", a->train.seq, "Tokens per sequence (0: block size)")
-               ->capture_default_str(),
-           0);
-  positive(t->add_option("--lr", a->lr, "Peak learning rate")->capture_default_str());
-  at_least(t->add_option("--min-lr", a->min_lr, "Final learning rate")->capture_default_str(), 0);
-  at_least(t->add_option("--warmup", a->warmup, "Warmup steps")->capture_default_str(), 0);
-  at_least(t->add_option("--weight-decay", a->train.adam.weight_decay, "AdamW weight decay")
-               ->capture_default_str(),
-           0);
-  at_least(t->add_option("--grad-clip", a->train.grad_clip, "Gradient norm clip (0: off)")
-               ->capture_default_str(),
-           0);
-  positive(t->add_option("--eval-every", a->train.eval_every, "Steps between evaluations")
-               ->capture_default_str());
-  positive(t->add_option("--eval-batches", a->train.eval_batches, "Batches per evaluation")
-               ->capture_default_str());
-  at_least(t->add_option("--checkpoint-every", a->train.checkpoint_every,
-                         "Steps between checkpoints (0: at evaluations)")
-               ->capture_default_str(),
-           0);
-  t->add_option("--seed", a->train.seed, "Seed of the weights, batches and dropout")
-      ->capture_default_str();
-  t->add_option("--metrics", a->train.metrics, "JSONL metrics log");
-  t->add_flag("--resume", a->train.resume, "Continue from --out and its optimizer state");
-  t->add_option("--init", a->init,
-                "Start from this checkpoint's weights and tokenizer (fine-tuning: a new optimizer "
-                "and schedule; the model options are the checkpoint's)")
-      ->excludes("--resume");
-  add_threads_option(cmd, a->threads);
-  cmd->add_flag("--json", a->json, "Print the result as JSON");
-  cmd->callback([a, m, tokenizer] {
-    // A run that starts from a checkpoint takes its model and tokenizer: options that would
-    // describe another one are an error rather than silently ignored.
-    if (a->train.resume || !a->init.empty()) {
-      std::vector<CLI::Option*> given = m->get_options();
-      given.push_back(tokenizer);
-      for (const CLI::Option* opt : given)
-        check(opt->count() == 0,
-              "{}: the model and tokenizer come from the checkpoint ({}); drop {}",
-              a->train.resume ? "--resume" : "--init", a->train.resume ? a->out : a->init,
-              opt->get_name());
-    }
-    model::GPTConfig c = a->model.config();
-    const train::TextSplits text =
-        train::load_text(a->corpus, a->stories, a->val_stories, a->shape);
-    ThreadContext ctx(a->threads);
-    train::TrainOptions o = a->train;
-    o.out = a->out;
-    o.schedule = {.lr = a->lr, .min_lr = a->min_lr, .warmup = a->warmup, .total = o.steps};
-    std::optional<model::GPT> gpt;
-    std::optional<model::Tokenizer> tok;
-    if (o.resume || !a->init.empty()) {
-      train::LoadedModel loaded = train::load_model(o.resume ? a->out : a->init);
-      gpt.emplace(std::move(loaded.model));
-      tok = std::move(loaded.tokenizer);
-    } else {
-      tok = make_tokenizer(a->tokenizer, text.train);
-      // Encoders need one id the tokenizer never produces: the mask token.
-      c.vocab_size = tok->vocab_size() + (c.causal ? 0 : 1);
-      gpt.emplace(c, o.seed);
-    }
-    const std::vector<int32_t> train_ids = tok->encode(text.train),
-                               val_ids = tok->encode(text.validation);
-    fmt::print(stderr,
-               "training a {}-layer, {}-head, n_embd {} model ({} parameters) on {} tokens "
-               "({} validation) with {} threads\n",
-               gpt->config().n_layer, gpt->config().n_head, gpt->config().n_embd,
-               gpt->layout().total(), train_ids.size(), val_ids.size(), ctx.num_threads());
-    const bool tty = ::isatty(::fileno(stderr)) != 0;
-    const train::TrainResult r =
-        train::train_model(ctx, *gpt, tok ? &*tok : nullptr, train_ids, val_ids, o,
-                           [&](const train::StepReport& s) { report(s, o.log_every, tty); });
-    if (tty) fmt::print(stderr, "\n");
-    const nlohmann::json j = {{"steps", r.steps},       {"train_loss", r.train_loss},
-                              {"val_loss", r.val_loss}, {"val_perplexity", std::exp(r.val_loss)},
-                              {"seconds", r.seconds},   {"tokens_per_second", r.tokens_per_second},
-                              {"checkpoint", a->out}};
-    if (a->json) {
-      fmt::print("{}\n", j.dump());
-    } else {
-      fmt::print(
-          "trained {} steps in {}: train loss {:.4f}, validation loss {:.4f} (perplexity "
-          "{:.2f}), {:.0f} tokens/s; wrote {}\n",
-          r.steps, duration(r.seconds), r.train_loss, r.val_loss, std::exp(r.val_loss),
-          r.tokens_per_second, a->out);
-    }
-  });
+  add_train_options(cmd, *a);
+  cmd->callback([a] { run_train(*a); });
 }
 
 void add_eval(CLI::App& app) {
