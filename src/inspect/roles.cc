@@ -74,19 +74,25 @@ std::vector<int64_t> byte_to_token(const model::Tokenizer& t, const std::vector<
   return at;
 }
 
-std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
-                                    const model::Tokenizer* tokenizer, const RoleOptions& o) {
-  const auto& c = m.config();
-  const int64_t L = c.n_layer, H = c.n_head;
-  std::vector<RoleScores> scores(static_cast<size_t>(L * H));
-  auto present = [&](int64_t l, int64_t h) { return h < c.heads(l); };
-  const auto stories =
-      train::detective_stories({.split = train::Split::test,
-                                .stories = std::max<int64_t>(o.coreference_stories, 1),
-                                .seed = o.seed,
-                                .signatures = o.signatures});
+namespace {
 
-  // Text scores, averaged over the text (or over the first 8 test stories).
+// What each part of score_heads reads: the model, its tokenizer, the options, and the layout of
+// the scores [n_layer × n_head].
+struct Scoring {
+  ThreadContext& ctx;
+  model::GPT& m;
+  const model::Tokenizer* tokenizer;
+  const RoleOptions& o;
+  int64_t L, H;
+  bool present(int64_t l, int64_t h) const { return h < m.config().heads(l); }
+};
+
+// Previous token (on text), first token, self and local: averaged over the text, or over the first
+// 8 test stories.
+void add_text_scores(const Scoring& sc, const std::vector<train::Story>& stories,
+                     std::vector<RoleScores>& scores) {
+  auto& [ctx, m, tokenizer, o, L, H] = sc;
+  const auto& c = m.config();
   std::vector<std::vector<int32_t>> texts;
   if (!o.text.empty()) {
     check(tokenizer != nullptr, "text: the model has no tokenizer");
@@ -107,7 +113,7 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
     const Capture cap = capture_tokens(ctx, m, tokenizer, ids);
     for (int64_t l = 0; l < L; ++l)
       for (int64_t h = 0; h < H; ++h) {
-        if (!present(l, h)) continue;
+        if (!sc.present(l, h)) continue;
         RoleScores one;
         text_scores(cap.head(l, h), cap.seq, one);
         RoleScores& s = scores[static_cast<size_t>(l * H + h)];
@@ -118,8 +124,12 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
         s.local += w * one.local;
       }
   }
+}
 
-  // Induction: random tokens repeated twice.
+// Induction and previous token on random tokens repeated twice.
+void add_induction_scores(const Scoring& sc, std::vector<RoleScores>& scores) {
+  auto& [ctx, m, tokenizer, o, L, H] = sc;
+  const auto& c = m.config();
   const int64_t n = o.induction_length > 0 ? std::min(o.induction_length, c.block_size / 2)
                                            : std::min<int64_t>(c.block_size / 2, 48);
   Generator g(o.seed ^ 0x1D0C7105ull);
@@ -135,7 +145,7 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
     const double w = 1.0 / static_cast<double>(o.induction_sequences);
     for (int64_t l = 0; l < L; ++l)
       for (int64_t h = 0; h < H; ++h) {
-        if (!present(l, h)) continue;
+        if (!sc.present(l, h)) continue;
         RoleScores& s = scores[static_cast<size_t>(l * H + h)];
         s.induction += w * induction_score(cap.head(l, h), n);
         RoleScores one;
@@ -143,9 +153,14 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
         s.previous_token += w * one.previous_token;
       }
   }
+}
 
-  // Coreference on the test stories (needs the tokenizer to find the words): the pronoun's row
-  // against the names, and against the introducing sentences.
+// Coreference on the test stories (needs the tokenizer to find the words): the pronoun's row
+// against the names, and against the introducing sentences.
+void add_coreference_scores(const Scoring& sc, const std::vector<train::Story>& stories,
+                            std::vector<RoleScores>& scores) {
+  auto& [ctx, m, tokenizer, o, L, H] = sc;
+  const auto& c = m.config();
   if (tokenizer && o.coreference_stories > 0) {
     std::vector<int64_t> by_name(static_cast<size_t>(L * H), 0), by_sentence(by_name.size(), 0);
     double chance = 0;
@@ -174,7 +189,7 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
                                      : pronoun;
         for (int64_t l = 0; l < L; ++l)
           for (int64_t h = 0; h < H; ++h) {
-            if (!present(l, h)) continue;
+            if (!sc.present(l, h)) continue;
             const float* p = cap.head(l, h);
             const auto i = static_cast<size_t>(l * H + h);
             by_name[i] += most_attended_mention(p, cap.seq, identity, names) == ref.antecedent;
@@ -199,6 +214,23 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
       }
     }
   }
+}
+
+}  // namespace
+
+std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
+                                    const model::Tokenizer* tokenizer, const RoleOptions& o) {
+  const auto& c = m.config();
+  const Scoring sc{ctx, m, tokenizer, o, c.n_layer, c.n_head};
+  std::vector<RoleScores> scores(static_cast<size_t>(c.n_layer * c.n_head));
+  const auto stories =
+      train::detective_stories({.split = train::Split::test,
+                                .stories = std::max<int64_t>(o.coreference_stories, 1),
+                                .seed = o.seed,
+                                .signatures = o.signatures});
+  add_text_scores(sc, stories, scores);
+  add_induction_scores(sc, scores);
+  add_coreference_scores(sc, stories, scores);
   return scores;
 }
 
