@@ -123,9 +123,8 @@ int64_t kv_copies_beyond_cache(double bytes) {
   return std::max<int64_t>(1, static_cast<int64_t>(std::ceil(target / std::max(bytes, 1.0))));
 }
 
-}  // namespace
-
-AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
+// The config with its defaults resolved, checked (naming the option).
+AttentionBenchConfig resolved(const AttentionBenchConfig& config) {
   AttentionBenchConfig c = config;
   if (c.kv_heads == 0) c.kv_heads = c.heads;
   if (c.seq_kv == 0) c.seq_kv = c.seq;
@@ -136,58 +135,92 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
         c.kv_heads, c.heads);
   check(!c.backward || c.kernel != AttentionKernel::unfused,
         "--backward: the unfused path has no backward; use --kernel fused or reference");
-  const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
-  checked_numel({B, H, L, D}, "query");
-  checked_numel({B, G, S, D}, "key");
-  // Tensors start on a cache line, as PyTorch's do: std::vector's large blocks start 16 bytes
-  // past a page, which splits every 64-byte load of a row across two lines (the decode kernel
-  // read such rows 10–20% slower from cache; docs/performance.md, 2026-12-03).
-  Tensor q = Tensor::empty({B, H, L, D}), k = Tensor::empty({B, G, S, D});
-  Tensor v = Tensor::empty({B, G, S, D}), out = Tensor::empty({B, H, L, D});
-  Tensor lse = Tensor::zeros({B, H, L}), dq, dk, dv;
-  Generator g(3);
-  for (Tensor* t : {&q, &k, &v, &out}) g.fill_uniform(t->data(), t->numel(), -1, 1);
-  attention::AttentionParams p;
-  p.shape = {B, H, G, L, S, D, D};
-  p.options.causal = c.causal;
-  p.q = {q.data(), H * L * D, L * D, D};
-  p.k = {k.data(), G * S * D, S * D, D};
-  p.v = {v.data(), G * S * D, S * D, D};
-  p.out = {out.data(), H * L * D, L * D, D};
-  p.lse = lse.data();
-  if (c.backward) {
-    dq = Tensor::zeros(q.shape());
-    dk = Tensor::zeros(k.shape());
-    dv = Tensor::zeros(v.shape());
-    p.dout = p.out;
-    p.dq = {dq.data(), H * L * D, L * D, D};
-    p.dk = {dk.data(), G * S * D, S * D, D};
-    p.dv = {dv.data(), G * S * D, S * D, D};
-  }
-  ThreadContext ctx(c.threads);
-  std::function<void()> run;
-  check(c.probs_heads >= 0 && c.probs_heads <= H, "probs-heads: must be in [0, {}], got {}", H,
-        c.probs_heads);
+  check(c.probs_heads >= 0 && c.probs_heads <= c.heads, "probs-heads: must be in [0, {}], got {}",
+        c.heads, c.probs_heads);
   check(c.probs_heads == 0 || (c.kernel == AttentionKernel::fused && !c.backward),
         "probs-heads: only with the fused forward");
-  Tensor probs = Tensor::zeros({c.probs_heads, B, L, S});
-  attention::cpu::ProbabilitiesRequest request;
-  for (int64_t h = 0; h < c.probs_heads; ++h) request.heads.push_back(h);
+  return c;
+}
+
+// The operands of one attention call, uniform in [-1, 1], and the params pointing at them.
+// Tensors start on a cache line, as PyTorch's do: std::vector's large blocks start 16 bytes past a
+// page, which splits every 64-byte load of a row across two lines.
+struct AttentionBuffers {
+  Tensor q, k, v, out, lse, dq, dk, dv;
+  attention::AttentionParams p;
+
+  explicit AttentionBuffers(const AttentionBenchConfig& c) {
+    const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
+    checked_numel({B, H, L, D}, "query");
+    checked_numel({B, G, S, D}, "key");
+    q = Tensor::empty({B, H, L, D});
+    k = Tensor::empty({B, G, S, D});
+    v = Tensor::empty({B, G, S, D});
+    out = Tensor::empty({B, H, L, D});
+    lse = Tensor::zeros({B, H, L});
+    Generator g(3);
+    for (Tensor* t : {&q, &k, &v, &out}) g.fill_uniform(t->data(), t->numel(), -1, 1);
+    p.shape = {.batch = B,
+               .heads = H,
+               .kv_heads = G,
+               .len_q = L,
+               .len_kv = S,
+               .head_dim = D,
+               .value_dim = D};
+    p.options.causal = c.causal;
+    p.q = {.data = q.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
+    p.k = {.data = k.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
+    p.v = {.data = v.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
+    p.out = {.data = out.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
+    p.lse = lse.data();
+    if (c.backward) {
+      dq = Tensor::zeros(q.shape());
+      dk = Tensor::zeros(k.shape());
+      dv = Tensor::zeros(v.shape());
+      p.dout = p.out;
+      p.dq = {.data = dq.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
+      p.dk = {.data = dk.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
+      p.dv = {.data = dv.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
+    }
+  }
+  AttentionBuffers(const AttentionBuffers&) = delete;  // p points into the tensors
+  double bytes() const {
+    return 4.0 * double(q.numel() + k.numel() + v.numel() + out.numel() + lse.numel() + dq.numel() +
+                        dk.numel() + dv.numel());
+  }
+};
+
+// One timed call of the kernel the config names.
+std::function<void()> kernel_call(ThreadContext& ctx, const AttentionBenchConfig& c,
+                                  attention::AttentionParams& p, Tensor& probs,
+                                  const attention::cpu::ProbabilitiesRequest& request) {
   if (c.kernel == AttentionKernel::fused && c.backward) {
     attention::cpu::flash_forward(ctx, p);  // out and lse, as a training step keeps them
-    run = [&] { attention::cpu::flash_backward(ctx, p); };
-  } else if (c.kernel == AttentionKernel::fused) {
-    run = [&] {
+    return [&] { attention::cpu::flash_backward(ctx, p); };
+  }
+  if (c.kernel == AttentionKernel::fused)
+    return [&] {
       attention::cpu::flash_forward(ctx, p);
       if (c.probs_heads > 0) attention::cpu::probabilities(ctx, p, request, probs.data());
     };
-  } else if (c.kernel == AttentionKernel::unfused) {
-    run = [&] { unfused_forward(ctx, p); };
-  } else if (c.backward) {
-    run = [&] { attention::reference::backward(p); };
-  } else {
-    run = [&] { attention::reference::forward(p); };
-  }
+  if (c.kernel == AttentionKernel::unfused) return [&] { unfused_forward(ctx, p); };
+  if (c.backward) return [&] { attention::reference::backward(p); };
+  return [&] { attention::reference::forward(p); };
+}
+
+}  // namespace
+
+AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
+  const AttentionBenchConfig c = resolved(config);
+  AttentionBuffers buf(c);
+  attention::AttentionParams& p = buf.p;
+  const Tensor &k = buf.k, &v = buf.v;
+  const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
+  ThreadContext ctx(c.threads);
+  Tensor probs = Tensor::zeros({c.probs_heads, B, L, S});
+  attention::cpu::ProbabilitiesRequest request;
+  for (int64_t h = 0; h < c.probs_heads; ++h) request.heads.push_back(h);
+  std::function<void()> run = kernel_call(ctx, c, p, probs, request);
   AttentionBenchReport r;
   // Decode shapes are memory-bound: a run must read K and V from memory, not from a cache that
   // the previous run filled. They rotate over enough copies that the copies together are well
@@ -233,8 +266,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   const double rss_start = resident_bytes("VmRSS");
   r.timing = time_runs(run, c.warmup, c.runs, between);
   r.extra_peak_bytes = std::max(0.0, resident_bytes("VmHWM") - rss_start);
-  r.io_bytes = 4.0 * double(q.numel() + k.numel() + v.numel() + out.numel() + lse.numel() +
-                            dq.numel() + dk.numel() + dv.numel());
+  r.io_bytes = buf.bytes();
   r.flops = 2.0 * double(B) * double(H) * double(L) * double(S) * double(2 * D);
   if (c.causal && L == S) r.flops /= 2;
   if (c.backward) r.flops *= 2.5;

@@ -16,22 +16,40 @@ namespace detail {
 attention::AttentionParams attention_params(const GPTConfig& c, const Dims& d, float* qkv,
                                             float* att, float* lse, const float* alibi) {
   attention::AttentionParams p;
-  p.shape = {d.B, d.H, d.G, d.T, d.T, d.hd, d.hd};
+  p.shape = {.batch = d.B,
+             .heads = d.H,
+             .kv_heads = d.G,
+             .len_q = d.T,
+             .len_kv = d.T,
+             .head_dim = d.hd,
+             .value_dim = d.hd};
   p.options.causal = c.causal;
   p.options.alibi_slopes = c.positional == Positional::alibi ? alibi : nullptr;
-  p.q = {qkv, d.T * d.W, d.hd, d.W};
-  p.k = {qkv + d.H * d.hd, d.T * d.W, d.hd, d.W};
-  p.v = {qkv + (d.H + d.G) * d.hd, d.T * d.W, d.hd, d.W};
-  p.out = {att, d.T * d.H * d.hd, d.hd, d.H * d.hd};
+  p.q = {.data = qkv, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
+  p.k = {
+      .data = qkv + d.H * d.hd, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
+  p.v = {.data = qkv + (d.H + d.G) * d.hd,
+         .batch_stride = d.T * d.W,
+         .head_stride = d.hd,
+         .row_stride = d.W};
+  p.out = {
+      .data = att, .batch_stride = d.T * d.H * d.hd, .head_stride = d.hd, .row_stride = d.H * d.hd};
   p.lse = lse;
   return p;
 }
 
 void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::AttentionParams& p) {
-  p.dout = {datt, d.T * d.H * d.hd, d.hd, d.H * d.hd};
-  p.dq = {dqkv, d.T * d.W, d.hd, d.W};
-  p.dk = {dqkv + d.H * d.hd, d.T * d.W, d.hd, d.W};
-  p.dv = {dqkv + (d.H + d.G) * d.hd, d.T * d.W, d.hd, d.W};
+  p.dout = {.data = datt,
+            .batch_stride = d.T * d.H * d.hd,
+            .head_stride = d.hd,
+            .row_stride = d.H * d.hd};
+  p.dq = {.data = dqkv, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
+  p.dk = {
+      .data = dqkv + d.H * d.hd, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
+  p.dv = {.data = dqkv + (d.H + d.G) * d.hd,
+          .batch_stride = d.T * d.W,
+          .head_stride = d.hd,
+          .row_stride = d.W};
 }
 
 void dropout(ThreadContext& ctx, float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
@@ -81,8 +99,8 @@ void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv
     }
   p.shape.len_kv = pos0 + d.T;
   p.options.alignment = attention::Alignment::bottom_right;
-  p.k = {kc, 0, block * d.hd, d.hd};
-  p.v = {vc, 0, block * d.hd, d.hd};
+  p.k = {.data = kc, .batch_stride = 0, .head_stride = block * d.hd, .row_stride = d.hd};
+  p.v = {.data = vc, .batch_stride = 0, .head_stride = block * d.hd, .row_stride = d.hd};
 }
 
 }  // namespace detail

@@ -238,7 +238,13 @@ TEST(FlashForward, StridedPackedQkvInput) {
   };
   std::vector<float> out_ref(static_cast<size_t>(B * H * L * D)), out_fused(out_ref.size());
   AttentionParams p;
-  p.shape = {B, H, H, L, L, D, D};
+  p.shape = {.batch = B,
+             .heads = H,
+             .kv_heads = H,
+             .len_q = L,
+             .len_kv = L,
+             .head_dim = D,
+             .value_dim = D};
   p.options.causal = true;
   p.q = view(0);
   p.k = view(1);
