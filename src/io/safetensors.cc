@@ -92,7 +92,12 @@ float half_to_float(uint16_t h) {
 
 }  // namespace
 
-SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::string& what) {
+namespace {
+
+// The header [8, 8 + n) as JSON: its length checked against the file, valid UTF-8, one object
+// whose top-level names are all different. Sets `header_end` to 8 + n.
+nlohmann::ordered_json parse_header(std::span<const uint8_t> file, const std::string& what,
+                                    uint64_t& header_end) {
   check(file.size() >= 8, "{}: truncated: {} bytes, fewer than the 8 of the header length", what,
         file.size());
   uint64_t n = 0;
@@ -121,65 +126,59 @@ SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::str
   }
   check(duplicate.empty(), "{}: duplicate tensor name \"{}\" in the header", what, duplicate);
   check(j.is_object(), "{}: the header must be a JSON object, got {}", what, j.type_name());
+  header_end = 8 + n;
+  return j;
+}
 
-  SafetensorsIndex index;
-  index.data_start = 8 + n;
-  const uint64_t data_size = file.size() - index.data_start;
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    const std::string& name = it.key();
-    const auto& v = it.value();
-    if (name == "__metadata__") {
-      check(v.is_object(), "{}: __metadata__ must be an object of strings", what);
-      for (auto m = v.begin(); m != v.end(); ++m) {
-        check(m.value().is_string(), "{}: __metadata__ entry \"{}\" is not a string", what,
-              m.key());
-        index.metadata[m.key()] = m.value().get<std::string>();
-      }
-      continue;
-    }
-    check(v.is_object(), "{}: tensor \"{}\": expected an object with dtype, shape, data_offsets",
-          what, name);
-    check(v.contains("dtype") && v["dtype"].is_string(), "{}: tensor \"{}\": missing dtype", what,
+// One tensor's entry {"dtype", "shape", "data_offsets"}: every field present and of its type, the
+// shape's byte count without overflow, the offsets spanning exactly that many bytes inside the
+// data.
+SafetensorsEntry parse_entry(const std::string& name, const nlohmann::ordered_json& v,
+                             uint64_t data_size, const std::string& what) {
+  check(v.is_object(), "{}: tensor \"{}\": expected an object with dtype, shape, data_offsets",
+        what, name);
+  check(v.contains("dtype") && v["dtype"].is_string(), "{}: tensor \"{}\": missing dtype", what,
+        name);
+  SafetensorsEntry e;
+  e.name = name;
+  e.dtype = v["dtype"].get<std::string>();
+  const uint64_t size = dtype_bytes(e.dtype);
+  check(size > 0, "{}: tensor \"{}\": unknown dtype \"{}\" (F32, F16 or BF16)", what, name,
+        e.dtype);
+  check(v.contains("shape") && v["shape"].is_array(), "{}: tensor \"{}\": missing shape", what,
+        name);
+  uint64_t bytes = size;
+  for (const auto& d : v["shape"]) {
+    check(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
+          "{}: tensor \"{}\": shape entries must be non-negative integers", what, name);
+    const uint64_t extent = d.get<uint64_t>();
+    check(extent <= static_cast<uint64_t>(INT64_MAX), "{}: tensor \"{}\": shape overflows", what,
           name);
-    SafetensorsEntry e;
-    e.name = name;
-    e.dtype = v["dtype"].get<std::string>();
-    const uint64_t size = dtype_bytes(e.dtype);
-    check(size > 0, "{}: tensor \"{}\": unknown dtype \"{}\" (F32, F16 or BF16)", what, name,
-          e.dtype);
-    check(v.contains("shape") && v["shape"].is_array(), "{}: tensor \"{}\": missing shape", what,
-          name);
-    uint64_t bytes = size;
-    for (const auto& d : v["shape"]) {
-      check(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
-            "{}: tensor \"{}\": shape entries must be non-negative integers", what, name);
-      const uint64_t extent = d.get<uint64_t>();
-      check(extent <= static_cast<uint64_t>(INT64_MAX), "{}: tensor \"{}\": shape overflows", what,
-            name);
-      e.shape.push_back(static_cast<int64_t>(extent));
-      check(extent == 0 || bytes <= UINT64_MAX / extent,
-            "{}: tensor \"{}\": shape {} × {} bytes overflows", what, name, v["shape"].dump(),
-            size);
-      bytes *= extent;
-    }
-    check(v.contains("data_offsets") && v["data_offsets"].is_array() &&
-              v["data_offsets"].size() == 2 && v["data_offsets"][0].is_number_unsigned() &&
-              v["data_offsets"][1].is_number_unsigned(),
-          "{}: tensor \"{}\": data_offsets must be two non-negative integers", what, name);
-    e.begin = v["data_offsets"][0].get<uint64_t>();
-    e.end = v["data_offsets"][1].get<uint64_t>();
-    check(e.begin <= e.end, "{}: tensor \"{}\": data_offsets [{}, {}] end before they begin", what,
-          name, e.begin, e.end);
-    check(e.end - e.begin == bytes,
-          "{}: tensor \"{}\": data_offsets span {} bytes, shape {} of {} needs {}", what, name,
-          e.end - e.begin, shape_string(e.shape), e.dtype, bytes);
-    check(e.end <= data_size,
-          "{}: tensor \"{}\": data_offsets end {} is past the end of the data ({} bytes)", what,
-          name, e.end, data_size);
-    index.tensors.push_back(std::move(e));
+    e.shape.push_back(static_cast<int64_t>(extent));
+    check(extent == 0 || bytes <= UINT64_MAX / extent,
+          "{}: tensor \"{}\": shape {} × {} bytes overflows", what, name, v["shape"].dump(), size);
+    bytes *= extent;
   }
-  // In header order the data must be laid out back to back: no tensor before the previous one, no
-  // overlap, no gap, the first at offset 0.
+  check(v.contains("data_offsets") && v["data_offsets"].is_array() &&
+            v["data_offsets"].size() == 2 && v["data_offsets"][0].is_number_unsigned() &&
+            v["data_offsets"][1].is_number_unsigned(),
+        "{}: tensor \"{}\": data_offsets must be two non-negative integers", what, name);
+  e.begin = v["data_offsets"][0].get<uint64_t>();
+  e.end = v["data_offsets"][1].get<uint64_t>();
+  check(e.begin <= e.end, "{}: tensor \"{}\": data_offsets [{}, {}] end before they begin", what,
+        name, e.begin, e.end);
+  check(e.end - e.begin == bytes,
+        "{}: tensor \"{}\": data_offsets span {} bytes, shape {} of {} needs {}", what, name,
+        e.end - e.begin, shape_string(e.shape), e.dtype, bytes);
+  check(e.end <= data_size,
+        "{}: tensor \"{}\": data_offsets end {} is past the end of the data ({} bytes)", what, name,
+        e.end, data_size);
+  return e;
+}
+
+// In header order the data must be laid out back to back: no tensor before the previous one, no
+// overlap, no gap, the first at offset 0, nothing after the last.
+void check_layout(const SafetensorsIndex& index, uint64_t data_size, const std::string& what) {
   for (size_t i = 1; i < index.tensors.size(); ++i) {
     const SafetensorsEntry &prev = index.tensors[i - 1], &e = index.tensors[i];
     check(e.begin >= prev.begin,
@@ -197,6 +196,29 @@ SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::str
   const uint64_t used = index.tensors.empty() ? 0 : index.tensors.back().end;
   check(used == data_size, "{}: {} trailing bytes after the last tensor's data", what,
         data_size - used);
+}
+
+}  // namespace
+
+SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::string& what) {
+  SafetensorsIndex index;
+  const nlohmann::ordered_json j = parse_header(file, what, index.data_start);
+  const uint64_t data_size = file.size() - index.data_start;
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& name = it.key();
+    const auto& v = it.value();
+    if (name == "__metadata__") {
+      check(v.is_object(), "{}: __metadata__ must be an object of strings", what);
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        check(m.value().is_string(), "{}: __metadata__ entry \"{}\" is not a string", what,
+              m.key());
+        index.metadata[m.key()] = m.value().get<std::string>();
+      }
+      continue;
+    }
+    index.tensors.push_back(parse_entry(name, v, data_size, what));
+  }
+  check_layout(index, data_size, what);
   return index;
 }
 
