@@ -57,9 +57,10 @@ struct Prepared {
   std::vector<Tensor> keep;   // copies the operands point into
 };
 
-Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
-                 const SdpaOptions& o) {
-  Prepared r;
+// The query and key/value head counts, after checking dtypes, ranks, dims and head counts (naming
+// the argument and every shape).
+std::pair<int64_t, int64_t> check_heads(const TensorView& q, const TensorView& k,
+                                        const TensorView& v, const SdpaOptions& o) {
   const char* names[3] = {"query", "key", "value"};
   const TensorView* views[3] = {&q, &k, &v};
   for (int t = 0; t < 3; ++t) {
@@ -68,7 +69,7 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
     check(views[t]->dim() >= 2, "{}: expected at least 2 dims (..., length, dim), got shape {}",
           names[t], shape_string(views[t]->shape()));
   }
-  const int64_t L = q.size(-2), E = q.size(-1), S = k.size(-2), Ev = v.size(-1);
+  const int64_t E = q.size(-1), S = k.size(-2);
   check(k.size(-1) == E, "key: last dim {} must equal query's last dim {} ({})", k.size(-1), E,
         shapes_of(q, k, v));
   check(v.size(-2) == S, "value: length {} must equal key's length {} ({})", v.size(-2), S,
@@ -82,6 +83,38 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
         "key: {} heads do not match query's {} heads ({}){}", Hkv, Hq, shapes_of(q, k, v),
         o.enable_gqa ? "; with enable_gqa the key/value heads must divide the query heads"
                      : "; pass enable_gqa=True to share key/value heads among query heads");
+  return {Hq, Hkv};
+}
+
+// The mask operand of attn_mask broadcast to `want` (batch..., heads, L, S); copied into `keep`
+// when its batch dims cannot be one stride.
+MaskOperand mask_operand(const TensorView& m, const Shape& want, int64_t nb,
+                         std::vector<Tensor>& keep) {
+  check(m.dtype() == DType::boolean || m.dtype() == DType::f32,
+        "attn_mask: dtype must be bool or float32, got {}", dtype_name(m.dtype()));
+  check(m.dim() <= static_cast<int64_t>(want.size()),
+        "attn_mask: shape {} does not broadcast to (batch..., heads, L, S) = {}",
+        shape_string(m.shape()), shape_string(want));
+  TensorView mb = m.broadcast_to(want, "attn_mask (must broadcast to " + shape_string(want) + ")");
+  std::optional<int64_t> bs = batch_stride(mb, nb);
+  if (!bs) {
+    keep.push_back(contiguous_copy(mb));
+    mb = keep.back().view();
+    bs = batch_stride(mb, nb);
+  }
+  return MaskOperand{.kind = m.dtype() == DType::boolean ? MaskKind::boolean : MaskKind::additive,
+                     .data = mb.data(),
+                     .batch_stride = *bs,
+                     .head_stride = mb.stride(-3),
+                     .row_stride = mb.stride(-2),
+                     .col_stride = mb.stride(-1)};
+}
+
+Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
+                 const SdpaOptions& o) {
+  Prepared r;
+  const auto [Hq, Hkv] = check_heads(q, k, v, o);  // first: the sizes below need 2 dims
+  const int64_t L = q.size(-2), E = q.size(-1), S = k.size(-2), Ev = v.size(-1);
   auto batch_dims = [](const TensorView& t) {
     return t.dim() > 3 ? Shape(t.shape().begin(), t.shape().end() - 3) : Shape{};
   };
@@ -133,30 +166,8 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
   check(o.dropout_p >= 0.0f && o.dropout_p < 1.0f, "dropout_p: must be in [0, 1), got {}",
         o.dropout_p);
 
-  if (!o.attn_mask.empty_view()) {
-    const TensorView& m = o.attn_mask;
-    check(m.dtype() == DType::boolean || m.dtype() == DType::f32,
-          "attn_mask: dtype must be bool or float32, got {}", dtype_name(m.dtype()));
-    Shape want = full(Hq, L, S);
-    check(m.dim() <= static_cast<int64_t>(want.size()),
-          "attn_mask: shape {} does not broadcast to (batch..., heads, L, S) = {}",
-          shape_string(m.shape()), shape_string(want));
-    TensorView mb =
-        m.broadcast_to(want, "attn_mask (must broadcast to " + shape_string(want) + ")");
-    std::optional<int64_t> bs = batch_stride(mb, nb);
-    if (!bs) {
-      r.keep.push_back(contiguous_copy(mb));
-      mb = r.keep.back().view();
-      bs = batch_stride(mb, nb);
-    }
-    p.options.mask =
-        MaskOperand{.kind = m.dtype() == DType::boolean ? MaskKind::boolean : MaskKind::additive,
-                    .data = mb.data(),
-                    .batch_stride = *bs,
-                    .head_stride = mb.stride(-3),
-                    .row_stride = mb.stride(-2),
-                    .col_stride = mb.stride(-1)};
-  }
+  if (!o.attn_mask.empty_view())
+    p.options.mask = mask_operand(o.attn_mask, full(Hq, L, S), nb, r.keep);
   return r;
 }
 
