@@ -50,6 +50,21 @@ int64_t load_optimizer(const std::string& path, AdamW& opt) {
   return s;
 }
 
+// One line of the JSONL metrics log.
+void log_step(std::ofstream& metrics, const StepReport& r) {
+  nlohmann::json j = {{"step", r.step},
+                      {"loss", r.loss},
+                      {"lr", r.lr},
+                      {"grad_norm", r.grad_norm},
+                      {"tokens_per_second", r.tokens_per_second},
+                      {"elapsed", r.elapsed}};
+  if (r.val_loss) {
+    j["val_loss"] = *r.val_loss;
+    j["val_perplexity"] = std::exp(*r.val_loss);
+  }
+  metrics << j.dump() << "\n" << std::flush;
+}
+
 }  // namespace
 
 void validate(const TrainOptions& o, const model::GPTConfig& c) {
@@ -144,15 +159,17 @@ TrainResult train_model(ThreadContext& ctx, model::GPT& m, const model::Tokenize
     ++step;
     recent += loss;
     ++recent_n;
-    StepReport r;
-    r.step = step;
-    r.steps = o.steps;
-    r.loss = loss;
-    r.lr = lr;
-    r.grad_norm = norm;
-    r.elapsed = std::chrono::duration<double>(clock::now() - start).count();
-    r.tokens_per_second = static_cast<double>((step - first) * o.batch * seq) / r.elapsed;
-    r.eta = r.elapsed / static_cast<double>(step - first) * static_cast<double>(o.steps - step);
+    const double elapsed = std::chrono::duration<double>(clock::now() - start).count();
+    StepReport r{
+        .step = step,
+        .steps = o.steps,
+        .loss = loss,
+        .lr = lr,
+        .grad_norm = norm,
+        .tokens_per_second = static_cast<double>((step - first) * o.batch * seq) / elapsed,
+        .elapsed = elapsed,
+        .eta = elapsed / static_cast<double>(step - first) * static_cast<double>(o.steps - step),
+        .val_loss = std::nullopt};
     const bool eval_now = step % o.eval_every == 0 || step == o.steps;
     if (eval_now && !val_data.empty()) {
       r.val_loss = evaluate(ctx, m, val_data, o.batch, seq, o.eval_batches, o.mask_fraction);
@@ -164,19 +181,7 @@ TrainResult train_model(ThreadContext& ctx, model::GPT& m, const model::Tokenize
       recent = 0.0;
       recent_n = 0;
     }
-    if (metrics.is_open() && log_now) {
-      nlohmann::json j = {{"step", step},
-                          {"loss", loss},
-                          {"lr", lr},
-                          {"grad_norm", norm},
-                          {"tokens_per_second", r.tokens_per_second},
-                          {"elapsed", r.elapsed}};
-      if (r.val_loss) {
-        j["val_loss"] = *r.val_loss;
-        j["val_perplexity"] = std::exp(*r.val_loss);
-      }
-      metrics << j.dump() << "\n" << std::flush;
-    }
+    if (metrics.is_open() && log_now) log_step(metrics, r);
     if (on_step) on_step(r);
     const bool ckpt_now = o.checkpoint_every > 0 ? step % o.checkpoint_every == 0 : eval_now;
     if (ckpt_now && step < o.steps) checkpoint(step);
