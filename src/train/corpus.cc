@@ -113,6 +113,117 @@ const std::vector<std::string>& drill_pool() {
   return pool;
 }
 
+// The characters of a story (name, pronoun) with each one's object and colour.
+struct Cast {
+  std::vector<std::pair<std::string, std::string>> chars;
+  std::vector<size_t> objects, colours;  // indices into kObjects and kColours, one per character
+};
+
+// The introducing sentences (one per character: "The red key for Maria lay in the kitchen.") and
+// 1–3 distractor sentences.
+Cast introduce(Generator& g, Story& st) {
+  const bool three = g.next_u32() % 3 == 0;
+  const bool woman_first = g.next_u32() % 2 == 0;
+  Cast cast;
+  auto& chars = cast.chars;
+  const std::string woman = pick(kWomen, g), man = pick(kMen, g);
+  if (woman_first) {
+    chars = {{woman, "she"}, {man, "he"}};
+  } else {
+    chars = {{man, "he"}, {woman, "she"}};
+  }
+  if (three) chars.insert(chars.begin() + g.next_u32() % 3, {pick(kAnimals, g), "it"});
+  cast.objects = distinct(kObjects.size(), chars.size(), g);
+  cast.colours = distinct(kColours.size(), chars.size(), g);
+  const auto places = distinct(kPlaces.size(), chars.size(), g);
+  const auto& objects = cast.objects;
+  const auto& colours = cast.colours;
+  for (size_t c = 0; c < chars.size(); ++c) {
+    if (!st.text.empty()) st.text += ' ';
+    const auto sentence = static_cast<int64_t>(st.text.size());
+    const std::string name = chars[c].first;
+    const std::string obj = std::string(kColours[colours[c]]) + " " + kObjects[objects[c]];
+    const std::string place = kPlaces[places[c]];
+    const uint32_t form = g.next_u32() % 3;
+    // The object and its colour come before the owner's name: "The red key for Maria lay in
+    // the kitchen."
+    if (form == 0) st.text += capitalised("a " + obj) + " for ";
+    if (form == 1) st.text += "In the " + place + ", a " + obj + " for ";
+    if (form == 2) st.text += "The " + obj + " for ";
+    st.characters.push_back({name, static_cast<int64_t>(st.text.size()),
+                             static_cast<int64_t>(name.size()), chars[c].second});
+    st.text += name + (form == 0   ? " was in the " + place + "."
+                       : form == 1 ? " was found."
+                                   : " lay in the " + place + ".");
+    Mention& m = st.characters.back();
+    m.sentence_offset = sentence;
+    m.sentence_length = static_cast<int64_t>(st.text.size()) - sentence;
+  }
+  const int64_t distractors = 1 + g.next_u32() % 3;
+  for (size_t idx : distinct(kDistractors.size(), static_cast<size_t>(distractors), g))
+    st.text += std::string(" ") + kDistractors[idx];
+  return cast;
+}
+
+// The reference sentences: a pronoun whose antecedent only the introductions tell ("Later she put
+// on her scarf and gave the police her red key.").
+void add_references(const CorpusOptions& o, const Cast& cast, Generator& g, Story& st) {
+  const auto& chars = cast.chars;
+  const auto& objects = cast.objects;
+  const auto& colours = cast.colours;
+  for (int64_t r = 0; r < o.references; ++r) {
+    Reference ref;
+    ref.antecedent = g.next_u32() % chars.size();
+    const size_t a = static_cast<size_t>(ref.antecedent);
+    ref.subject = chars[a].second;
+    ref.pronoun = possessive(ref.subject);
+    st.text += r == 0 ? " Later " : std::string(" ") + pick(kThen, g) + " ";
+    ref.subject_offset = static_cast<int64_t>(st.text.size());
+    st.text += ref.subject + " ";
+    if (o.signatures) {
+      st.text += "put on ";
+      ref.signature_pronoun_offset = static_cast<int64_t>(st.text.size());
+      ref.signature = signature_of(chars[a].first);
+      st.text += ref.pronoun + " ";
+      ref.signature_offset = static_cast<int64_t>(st.text.size());
+      st.text += ref.signature + " and ";
+    }
+    st.text += std::string(pick(kEndings, g)) + " ";
+    ref.pronoun_offset = static_cast<int64_t>(st.text.size());
+    st.text += ref.pronoun + " ";
+    ref.answer = std::string(kColours[colours[a]]) + " " + kObjects[objects[a]];
+    ref.answer_offset = static_cast<int64_t>(st.text.size());
+    st.text += ref.answer + ".";
+    st.references.push_back(ref);
+  }
+}
+
+// A recall line: random words of the corpus, then the same words again (CorpusOptions::drills).
+void add_recall_line(const CorpusOptions& o, Generator& g, Story& st) {
+  const auto& pool = drill_pool();
+  const auto most = static_cast<double>(o.drill_words);
+  const auto n = static_cast<uint32_t>(
+      o.drill_log_lengths
+          ? std::min(most, std::floor(4.0 * std::pow((most + 1.0) / 4.0, g.uniform())))
+          : 4 + g.next_u32() % static_cast<uint32_t>(o.drill_words - 3));
+  std::string words;
+  for (uint32_t w = 0; w < n; ++w) words += (w ? " " : "") + pool[g.next_u32() % pool.size()];
+  st.text += words + " " + words + "\n";
+}
+
+// An echo line: a run of the story's own words again, as far from its first occurrence as the
+// story is long: copying it needs an induction head that works over that distance.
+void add_echo_line(Generator& g, Story& st) {
+  std::vector<std::string> words;
+  std::istringstream in(st.text.substr(0, st.text.find('\n')));
+  for (std::string w; in >> w;) words.push_back(w);
+  const size_t n = std::min<size_t>(words.size(), 6 + g.next_u32() % 15);
+  const size_t from = g.next_u32() % (words.size() - n + 1);
+  std::string echo;
+  for (size_t w = from; w < from + n; ++w) echo += (w > from ? " " : "") + words[w];
+  st.text += echo + "\n";
+}
+
 }  // namespace
 
 Split parse_split(const std::string& name) {
@@ -141,92 +252,11 @@ std::vector<Story> detective_stories(const CorpusOptions& o) {
   out.reserve(static_cast<size_t>(o.stories));
   for (int64_t s = 0; s < o.stories; ++s) {
     Story st;
-    const bool three = g.next_u32() % 3 == 0;
-    const bool woman_first = g.next_u32() % 2 == 0;
-    std::vector<std::pair<std::string, std::string>> chars;  // (name, pronoun)
-    const std::string woman = pick(kWomen, g), man = pick(kMen, g);
-    if (woman_first) {
-      chars = {{woman, "she"}, {man, "he"}};
-    } else {
-      chars = {{man, "he"}, {woman, "she"}};
-    }
-    if (three) chars.insert(chars.begin() + g.next_u32() % 3, {pick(kAnimals, g), "it"});
-    const auto objects = distinct(kObjects.size(), chars.size(), g);
-    const auto colours = distinct(kColours.size(), chars.size(), g);
-    const auto places = distinct(kPlaces.size(), chars.size(), g);
-    for (size_t c = 0; c < chars.size(); ++c) {
-      if (!st.text.empty()) st.text += ' ';
-      const auto sentence = static_cast<int64_t>(st.text.size());
-      const std::string name = chars[c].first;
-      const std::string obj = std::string(kColours[colours[c]]) + " " + kObjects[objects[c]];
-      const std::string place = kPlaces[places[c]];
-      const uint32_t form = g.next_u32() % 3;
-      // The object and its colour come before the owner's name: "The red key for Maria lay in
-      // the kitchen."
-      if (form == 0) st.text += capitalised("a " + obj) + " for ";
-      if (form == 1) st.text += "In the " + place + ", a " + obj + " for ";
-      if (form == 2) st.text += "The " + obj + " for ";
-      st.characters.push_back({name, static_cast<int64_t>(st.text.size()),
-                               static_cast<int64_t>(name.size()), chars[c].second});
-      st.text += name + (form == 0   ? " was in the " + place + "."
-                         : form == 1 ? " was found."
-                                     : " lay in the " + place + ".");
-      Mention& m = st.characters.back();
-      m.sentence_offset = sentence;
-      m.sentence_length = static_cast<int64_t>(st.text.size()) - sentence;
-    }
-    const int64_t distractors = 1 + g.next_u32() % 3;
-    for (size_t idx : distinct(kDistractors.size(), static_cast<size_t>(distractors), g))
-      st.text += std::string(" ") + kDistractors[idx];
-    for (int64_t r = 0; r < o.references; ++r) {
-      Reference ref;
-      ref.antecedent = g.next_u32() % chars.size();
-      const size_t a = static_cast<size_t>(ref.antecedent);
-      ref.subject = chars[a].second;
-      ref.pronoun = possessive(ref.subject);
-      st.text += r == 0 ? " Later " : std::string(" ") + pick(kThen, g) + " ";
-      ref.subject_offset = static_cast<int64_t>(st.text.size());
-      st.text += ref.subject + " ";
-      if (o.signatures) {
-        st.text += "put on ";
-        ref.signature_pronoun_offset = static_cast<int64_t>(st.text.size());
-        ref.signature = signature_of(chars[a].first);
-        st.text += ref.pronoun + " ";
-        ref.signature_offset = static_cast<int64_t>(st.text.size());
-        st.text += ref.signature + " and ";
-      }
-      st.text += std::string(pick(kEndings, g)) + " ";
-      ref.pronoun_offset = static_cast<int64_t>(st.text.size());
-      st.text += ref.pronoun + " ";
-      ref.answer = std::string(kColours[colours[a]]) + " " + kObjects[objects[a]];
-      ref.answer_offset = static_cast<int64_t>(st.text.size());
-      st.text += ref.answer + ".";
-      st.references.push_back(ref);
-    }
+    const Cast cast = introduce(g, st);
+    add_references(o, cast, g, st);
     st.text += "\n";
-    if (o.drills > 0 && g.uniform() < o.drills) {
-      const auto& pool = drill_pool();
-      const auto most = static_cast<double>(o.drill_words);
-      const auto n = static_cast<uint32_t>(
-          o.drill_log_lengths
-              ? std::min(most, std::floor(4.0 * std::pow((most + 1.0) / 4.0, g.uniform())))
-              : 4 + g.next_u32() % static_cast<uint32_t>(o.drill_words - 3));
-      std::string words;
-      for (uint32_t w = 0; w < n; ++w) words += (w ? " " : "") + pool[g.next_u32() % pool.size()];
-      st.text += words + " " + words + "\n";
-    }
-    if (o.echoes > 0 && g.uniform() < o.echoes) {
-      // A run of the story's own words again, as far from its first occurrence as the story is
-      // long: copying it needs an induction head that works over that distance.
-      std::vector<std::string> words;
-      std::istringstream in(st.text.substr(0, st.text.find('\n')));
-      for (std::string w; in >> w;) words.push_back(w);
-      const size_t n = std::min<size_t>(words.size(), 6 + g.next_u32() % 15);
-      const size_t from = g.next_u32() % (words.size() - n + 1);
-      std::string echo;
-      for (size_t w = from; w < from + n; ++w) echo += (w > from ? " " : "") + words[w];
-      st.text += echo + "\n";
-    }
+    if (o.drills > 0 && g.uniform() < o.drills) add_recall_line(o, g, st);
+    if (o.echoes > 0 && g.uniform() < o.echoes) add_echo_line(g, st);
     const Reference& first = st.references.front();
     st.antecedent = first.antecedent;
     st.pronoun = first.pronoun;
