@@ -244,6 +244,50 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
     }
 }
 
+// D_i = dO_i · O_i for every query row [batch, heads, len_q].
+std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p) {
+  const AttentionShape& sh = p.shape;
+  const int64_t Dv = sh.value_dim;
+  std::vector<float> dot(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
+  ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
+    for (int64_t bh = range.begin; bh < range.end; ++bh)
+      for (int64_t i = 0; i < sh.len_q; ++i) {
+        const float* o = p.out.at(bh / sh.heads, bh % sh.heads, i);
+        const float* d = p.dout.at(bh / sh.heads, bh % sh.heads, i);
+        float s = 0;
+        for (int64_t x = 0; x < Dv; ++x) s += o[x] * d[x];
+        dot[static_cast<size_t>(bh * sh.len_q + i)] = s;
+      }
+  });
+  return dot;
+}
+
+// dK, dV [batch, kv_heads, len_kv, ·] = the sum of the chunks' partials
+// [chunks, batch, kv_heads, len_kv, D or Dv], added in chunk order.
+void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,
+                  const float* dk_part, const float* dv_part) {
+  const AttentionShape& sh = p.shape;
+  const int64_t D = sh.head_dim, Dv = sh.value_dim;
+  const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
+  ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
+    for (int64_t bg = range.begin; bg < range.end; ++bg)
+      for (int64_t j = 0; j < sh.len_kv; ++j) {
+        float* dk = p.dk.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
+        float* dv = p.dv.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
+        const float* k0 = dk_part + bg * per_bg_k + j * D;
+        const float* v0 = dv_part + bg * per_bg_v + j * Dv;
+        std::memcpy(dk, k0, static_cast<size_t>(D) * sizeof(float));
+        std::memcpy(dv, v0, static_cast<size_t>(Dv) * sizeof(float));
+        for (int64_t c = 1; c < chunks; ++c) {
+          const float* kc = k0 + c * sh.batch * sh.kv_heads * per_bg_k;
+          const float* vc = v0 + c * sh.batch * sh.kv_heads * per_bg_v;
+          for (int64_t e = 0; e < D; ++e) dk[e] += kc[e];
+          for (int64_t x = 0; x < Dv; ++x) dv[x] += vc[x];
+        }
+      }
+  });
+}
+
 }  // namespace
 
 void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
@@ -264,18 +308,7 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
   const BackwardPlan bp = make_backward_plan(p);
   const Plan& plan = bp.base;
 
-  // D_i = dO_i · O_i for every query row.
-  std::vector<float> dot(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
-  ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
-    for (int64_t bh = range.begin; bh < range.end; ++bh)
-      for (int64_t i = 0; i < sh.len_q; ++i) {
-        const float* o = p.out.at(bh / sh.heads, bh % sh.heads, i);
-        const float* d = p.dout.at(bh / sh.heads, bh % sh.heads, i);
-        float s = 0;
-        for (int64_t x = 0; x < Dv; ++x) s += o[x] * d[x];
-        dot[static_cast<size_t>(bh * sh.len_q + i)] = s;
-      }
-  });
+  const std::vector<float> dot = output_dots(ctx, p);
   if (sh.len_kv == 0) {  // no key: every gradient is zero
     for (int64_t b = 0; b < sh.batch; ++b)
       for (int64_t h = 0; h < sh.heads; ++h)
@@ -327,24 +360,7 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
   });
   if (!partials) return;
 
-  // dK, dV: the chunks' partials added in chunk order.
-  ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
-    for (int64_t bg = range.begin; bg < range.end; ++bg)
-      for (int64_t j = 0; j < sh.len_kv; ++j) {
-        float* dk = p.dk.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
-        float* dv = p.dv.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
-        const float* k0 = dk_part + bg * per_bg_k + j * D;
-        const float* v0 = dv_part + bg * per_bg_v + j * Dv;
-        std::memcpy(dk, k0, static_cast<size_t>(D) * sizeof(float));
-        std::memcpy(dv, v0, static_cast<size_t>(Dv) * sizeof(float));
-        for (int64_t c = 1; c < bp.chunks; ++c) {
-          const float* kc = k0 + c * sh.batch * sh.kv_heads * per_bg_k;
-          const float* vc = v0 + c * sh.batch * sh.kv_heads * per_bg_v;
-          for (int64_t e = 0; e < D; ++e) dk[e] += kc[e];
-          for (int64_t x = 0; x < Dv; ++x) dv[x] += vc[x];
-        }
-      }
-  });
+  add_partials(ctx, p, bp.chunks, dk_part, dv_part);
 }
 
 }  // namespace headlight::attention::cpu
