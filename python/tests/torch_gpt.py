@@ -1,4 +1,4 @@
-"""The team's own PyTorch implementation of headlight's GPT architecture (DESIGN.md §2 "Model
+"""The team's own PyTorch implementation of headlight's GPT architecture (docs/design.md §2 "Model
 conventions"), written independently of the C++ code, and a minimal safetensors reader and writer.
 The tests load the same weights into both and compare logits, loss, gradients and optimizer steps.
 """

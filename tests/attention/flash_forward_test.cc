@@ -1,5 +1,5 @@
 // The fused forward against the reference: every option of the sweep, odd lengths and head dims,
-// strided (packed QKV) inputs, the accuracy rule of DESIGN.md §3 and bitwise determinism.
+// strided (packed QKV) inputs, the accuracy rule of docs/design.md §3 and bitwise determinism.
 
 #include "headlight/attention/cpu/flash_forward.h"
 

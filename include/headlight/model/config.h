@@ -1,5 +1,5 @@
 // GPTConfig: the shape and options of a GPT-style model, and its JSON form (the checkpoint's
-// `headlight.config` metadata, DESIGN.md §2).
+// `headlight.config` metadata, docs/design.md §2).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 // GPT: a GPT-style decoder (or, with causal = false, a bidirectional encoder) on headlight's fused
 // attention. Forward and a hand-written backward for every layer, llm.c style: parameters and
 // gradients are two arenas with one layout (ParameterLayout), activations are kept from the
-// forward for the backward. Conventions (names, scale, norms, positions) as DESIGN.md §2.
+// forward for the backward. Conventions (names, scale, norms, positions) as docs/design.md §2.
 //
 // Block, pre-norm (norm_first):  h = x + attn(ln_1(x));  out = h + mlp(ln_2(h));  logits =
 //   ln_f(x_L) · lm_headᵀ.  Post-norm:  h = ln_1(x + attn(x));  out = ln_2(h + mlp(h)).

@@ -13,7 +13,7 @@
 namespace headlight::model {
 
 struct ParameterEntry {
-  std::string name;  // checkpoint name (DESIGN.md §2, nanoGPT layout)
+  std::string name;  // checkpoint name (docs/design.md §2, nanoGPT layout)
   Shape shape;
   int64_t offset = 0;  // in floats, from the start of the arena
   int64_t numel = 0;

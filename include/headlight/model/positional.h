@@ -1,4 +1,4 @@
-// Positional encodings (DESIGN.md §2 "Model conventions"):
+// Positional encodings (docs/design.md §2 "Model conventions"):
 //   learned     a trained table wpe[block_size, n_embd] added to the token embeddings;
 //   sinusoidal  PE[p, 2i] = sin(p / 10000^(2i/n_embd)), PE[p, 2i+1] = cos(…), added likewise;
 //   rope        q and k of every head rotated in the rotate-half form: for j < d/2 the pair

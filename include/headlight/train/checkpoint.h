@@ -17,7 +17,7 @@ struct LoadedModel {
   std::optional<model::Tokenizer> tokenizer;  // absent when the file stores none (token ids only)
 };
 
-// Writes the weights (names and layout of DESIGN.md §2) with metadata "headlight.config",
+// Writes the weights (names and layout of docs/design.md §2) with metadata "headlight.config",
 // "headlight.tokenizer" (when a tokenizer is given) and "format": "pt" (so PyTorch tools accept
 // it), atomically.
 void save_model(const std::string& path, const model::GPT& m, const model::Tokenizer* tokenizer,

@@ -144,13 +144,12 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
 // matters more than the FMA count. Each key row is read front to back, one key at a time, for a
 // register tile of R query rows (the query heads of a GQA group share it): R accumulators, the
 // query vectors reloaded from L1 for every key. A tile of 4 keys × R rows that loads the same
-// vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams:
-// it read K and V about 25% slower in a stand-alone loop and 5–10% slower in this kernel
-// (2-core Zen 4 VM, 2026-12-03, docs/performance.md). The
-// key rows are also prefetched kDotAhead keys ahead into L2 (locality 2: prefetcht1 on x86; a
-// whole tile ahead into L1 would evict the lines in use): +1–3 points over none. The value rows are
-// not prefetched: PvStreamTile reads them in address order, which the hardware prefetchers follow,
-// and software prefetches of them as well cost 5–10 points of the read bandwidth.
+// vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams,
+// which the hardware prefetchers follow worse than one (it was measured slower; the figures are in
+// docs/notes/2026-12-03-decode.md). The key rows are also prefetched kDotAhead keys ahead into L2
+// (locality 2: prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use). The
+// value rows are not prefetched: PvStreamTile reads them in address order, which the hardware
+// prefetchers follow, and software prefetches of them as well take load slots for nothing.
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
@@ -234,10 +233,8 @@ HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const float* k, size_t
 // vector is reloaded (DotMicro loads 5 vectors for 4 FMAs), and four keys × two rows of
 // accumulators fold together into eight dot products (one fold per dot product, no scalar
 // sums). The next row pair passes over the same run of keys, from L1 (16 KB at D = 128), so the
-// keys are still read from memory once, in address order. With K and V in L2 (one thread, rows on
-// cache lines; 2-core Zen 4 VM, 2026-12-03) the whole decode ran 13% faster at D = 128 (35.5 →
-// 40.2 GB/s of K and V) and 22% faster at D = 64 (27.2 → 33.3): the scores had taken as long
-// as P·V, with half of it in the per-key reductions.
+// keys are still read from memory once, in address order. Without it the scores take as long as
+// P·V, half of that in the per-key reductions (docs/notes/2026-12-03-decode.md).
 #if HWY_MAX_BYTES == 64
 constexpr size_t kDotRun = 32;
 
@@ -588,9 +585,8 @@ void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v
 // were scored made up part of it). Here each pass covers whole value rows when they are 8 vectors
 // wide, for kStreamRows rows at a time (their accumulators and a value row fill the registers),
 // so the first pass reads V front to back in address order and the later passes find it in L2.
-// On the 2-core Zen 4 VM (2026-12-03, docs/performance.md) that read K and V at 0.80–0.83 of the
-// read bandwidth against 0.73–0.79 for PvTile with the prefetches; with V in L2 it is about 15%
-// slower than PvTile (two FMAs per value load instead of four), so only decode uses it.
+// With V already in L2 it is slower than PvTile (two FMAs per value load instead of four), so
+// only decode, which reads V from memory, uses it (docs/notes/2026-12-03-decode.md).
 void PvStreamTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
                   size_t width, float* o, size_t ldo, const float* alpha) {
 #if HWY_HAVE_SCALABLE

@@ -15,14 +15,13 @@ namespace headlight::attention::cpu {
 
 // Br: query rows per item and head (≤ kMaxSoftmaxRows). 48 by default; 144 for long queries
 // (≥ kLongRows) without a causal or window mask: each K/V tile, streamed from L2/L3 once per
-// item, then serves 3× the rows (measured +8% at N = 8192, D = 128 and +3% at N = 2048, D = 64;
-// with a causal mask the larger diagonal tiles and fewer items cost more than that saves).
+// item, then serves 3× the rows (with a causal mask the larger diagonal tiles and fewer items cost
+// more than that saves; docs/notes/2026-12-03-forward-tiles.md).
 constexpr int64_t kBlockRows = 48;
 constexpr int64_t kBlockRowsLong = 144;
 constexpr int64_t kLongRows = 1024;
 // Bc: keys per tile. 256 rather than 128: fewer tiles per row halve the per-tile costs (the
-// softmax's rescale pass, loading and storing the output accumulators in PvTile); measured +3–5%
-// on the forward at N = 512 and 2048, equal on the backward (docs/performance.md, 2026-12-03).
+// softmax's rescale pass, loading and storing the output accumulators in PvTile).
 constexpr int64_t kBlockKeys = 256;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
