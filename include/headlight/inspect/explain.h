@@ -39,7 +39,7 @@ struct Explanation {
 
 // The recipe of the bundled demo model (models/README.md; `headlight demo --retrain`): stages,
 // each training the previous one's weights with a new optimizer and schedule on the detective
-// corpus with its own options (docs/heads.md, "Two stages"):
+// corpus with its own options (docs/notes/2026-12-03-bundled-model.md, "Two stages"):
 //   1. from scratch, recall lines of 4–16 random words after 60% of the stories: the
 //      previous-token head, short-range induction and the pronoun circuit (signatures) form;
 //   2. recall lines of up to 48 words: the induction heads stretch to the 48-token copies the
