@@ -77,16 +77,12 @@ void add_attention_demo(CLI::App& app) {
     check(!words.empty(), "--text: no words in '{}'", args->text);
     const int64_t L = static_cast<int64_t>(words.size()), H = args->heads;
 
-    attention::MultiheadAttentionConfig config;
-    config.embed_dim = args->embed_dim;
-    config.num_heads = H;
-    attention::MultiheadAttention mha(config, args->seed);
+    attention::MultiheadAttention mha({.embed_dim = args->embed_dim, .num_heads = H}, args->seed);
     mha.set_training(false);
     ThreadContext ctx;
     Tensor x = embed(words, args->embed_dim, args->seed);
-    attention::MhaForwardOptions options;
-    options.average_attn_weights = false;
-    options.is_causal = args->causal;
+    const attention::MhaForwardOptions options{.average_attn_weights = false,
+                                               .is_causal = args->causal};
     attention::MhaOutput out = mha.forward(ctx, x.view(), x.view(), x.view(), options);
     const float* w = out.weights.data();  // [H, L, L]
 

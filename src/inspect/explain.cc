@@ -75,29 +75,30 @@ std::string pronoun_link(const Capture& cap, int64_t layer, int64_t head, bool n
 
 DemoRecipe demo_recipe() {
   DemoRecipe r;
-  r.model.n_layer = 4;
-  r.model.n_head = 4;
-  r.model.n_kv_head = 4;
-  r.model.n_embd = 128;
-  r.model.block_size = 128;
-  r.model.positional = model::Positional::rope;
-  train::CorpusOptions corpus;
-  corpus.references = 3;
-  corpus.drills = 0.6;
-  corpus.drill_words = 16;
-  corpus.signatures = true;
-  train::TrainOptions t;
-  t.batch = 16;
-  t.seed = 1337;
-  t.steps = 4000;
-  t.schedule = {.lr = 3e-3f, .min_lr = 1e-4f, .warmup = 100, .total = t.steps};
-  t.eval_every = 800;
-  r.stages.push_back({corpus, t});
+  r.model = {.n_layer = 4,
+             .n_head = 4,
+             .n_kv_head = 4,
+             .n_embd = 128,
+             .block_size = 128,
+             .positional = model::Positional::rope};
+  // Stage 1: recall lines of up to 16 words; stage 2: the same corpus with lines of up to 48.
+  train::CorpusOptions corpus{
+      .references = 3, .drills = 0.6, .drill_words = 16, .signatures = true};
+  const train::TrainOptions stage1{
+      .steps = 4000,
+      .batch = 16,
+      .schedule = {.lr = 3e-3f, .min_lr = 1e-4f, .warmup = 100, .total = 4000},
+      .eval_every = 800,
+      .seed = 1337};
+  r.stages.push_back({corpus, stage1});
   corpus.drill_words = 48;
-  t.steps = 400;
-  t.schedule = {.lr = 2e-3f, .min_lr = 1e-4f, .warmup = 50, .total = t.steps};
-  t.eval_every = 200;
-  r.stages.push_back({corpus, t});
+  const train::TrainOptions stage2{
+      .steps = 400,
+      .batch = 16,
+      .schedule = {.lr = 2e-3f, .min_lr = 1e-4f, .warmup = 50, .total = 400},
+      .eval_every = 200,
+      .seed = 1337};
+  r.stages.push_back({corpus, stage2});
   return r;
 }
 

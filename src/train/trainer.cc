@@ -168,8 +168,7 @@ TrainResult train_model(ThreadContext& ctx, model::GPT& m, const model::Tokenize
         .grad_norm = norm,
         .tokens_per_second = static_cast<double>((step - first) * o.batch * seq) / elapsed,
         .elapsed = elapsed,
-        .eta = elapsed / static_cast<double>(step - first) * static_cast<double>(o.steps - step),
-        .val_loss = std::nullopt};
+        .eta = elapsed / static_cast<double>(step - first) * static_cast<double>(o.steps - step)};
     const bool eval_now = step % o.eval_every == 0 || step == o.steps;
     if (eval_now && !val_data.empty()) {
       r.val_loss = evaluate(ctx, m, val_data, o.batch, seq, o.eval_batches, o.mask_fraction);

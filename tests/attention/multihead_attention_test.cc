@@ -19,10 +19,7 @@ using headlight::testing::expect_error;
 using headlight::testing::random_tensor;
 
 MultiheadAttentionConfig config(int64_t E, int64_t H) {
-  MultiheadAttentionConfig c;
-  c.embed_dim = E;
-  c.num_heads = H;
-  return c;
+  return {.embed_dim = E, .num_heads = H};
 }
 
 TEST(MultiheadAttention, RejectsBadConfigs) {

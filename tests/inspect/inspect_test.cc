@@ -112,14 +112,8 @@ TEST(Capture, WordViewSumsKeysAndAveragesQueries) {
 }
 
 model::GPTConfig config() {
-  model::GPTConfig c;
-  c.vocab_size = 41;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 4;
-  c.n_embd = 32;
-  c.block_size = 32;
-  return c;
+  return {
+      .vocab_size = 41, .n_layer = 2, .n_head = 4, .n_kv_head = 4, .n_embd = 32, .block_size = 32};
 }
 
 std::vector<int32_t> data(int64_t n) {

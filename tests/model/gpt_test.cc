@@ -43,15 +43,13 @@ class MapSource : public TensorSource {
 };
 
 GPTConfig small_config() {
-  GPTConfig c;
-  c.vocab_size = 37;
-  c.n_layer = 2;
-  c.n_head = 4;
-  c.n_kv_head = 2;
-  c.n_embd = 32;
-  c.block_size = 24;
-  c.positional = Positional::rope;
-  return c;
+  return {.vocab_size = 37,
+          .n_layer = 2,
+          .n_head = 4,
+          .n_kv_head = 2,
+          .n_embd = 32,
+          .block_size = 24,
+          .positional = Positional::rope};
 }
 
 MapSource source_of(const GPT& m) {

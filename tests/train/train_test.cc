@@ -213,14 +213,8 @@ TEST(Corpus, EchoLinesRepeatARunOfTheStory) {
 }
 
 model::GPTConfig tiny() {
-  model::GPTConfig c;
-  c.vocab_size = 256;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_kv_head = 2;
-  c.n_embd = 32;
-  c.block_size = 64;
-  return c;
+  return {
+      .vocab_size = 256, .n_layer = 2, .n_head = 2, .n_kv_head = 2, .n_embd = 32, .block_size = 64};
 }
 
 std::vector<int32_t> ids(const std::string& s) {

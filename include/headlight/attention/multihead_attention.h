@@ -43,9 +43,9 @@ struct MultiheadAttentionConfig {
 };
 
 struct MhaForwardOptions {
-  TensorView key_padding_mask;  // empty: none
+  TensorView key_padding_mask{};  // empty: none
   bool need_weights = true;
-  TensorView attn_mask;  // empty: none
+  TensorView attn_mask{};  // empty: none
   bool average_attn_weights = true;
   bool is_causal = false;
 };

@@ -81,7 +81,7 @@ struct AttentionShape {
 };
 
 struct AttentionOptions {
-  std::optional<float> scale;  // default 1/√head_dim
+  std::optional<float> scale{};  // default 1/√head_dim
   bool causal = false;
   Alignment alignment = Alignment::top_left;  // for causal, the window and ALiBi distances
   int64_t window_left = -1;                   // < 0: unbounded
@@ -91,7 +91,7 @@ struct AttentionOptions {
   float softcap = 0.0f;                       // 0: off
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0;
-  MaskOperand mask;
+  MaskOperand mask{};
 };
 
 struct AttentionParams {

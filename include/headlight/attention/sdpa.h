@@ -20,11 +20,11 @@
 namespace headlight::attention {
 
 struct SdpaOptions {
-  TensorView attn_mask;  // empty view: no mask; bool or float32
+  TensorView attn_mask{};  // empty view: no mask; bool or float32
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0;
   bool is_causal = false;
-  std::optional<float> scale;
+  std::optional<float> scale{};
   bool enable_gqa = false;
   KernelChoice kernel = KernelChoice::automatic;
 };

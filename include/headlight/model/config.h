@@ -30,8 +30,8 @@ struct GPTConfig {
   // Heads left in each layer after pruning (empty: n_head and n_kv_head in every layer). A layer
   // may keep 0 heads (its attention branch is then c_proj's bias alone). head_dim stays
   // n_embd / n_head.
-  std::vector<int64_t> layer_heads;
-  std::vector<int64_t> layer_kv_heads;
+  std::vector<int64_t> layer_heads{};
+  std::vector<int64_t> layer_kv_heads{};
 
   int64_t head_dim() const { return n_embd / n_head; }
   int64_t heads(int64_t layer) const {

@@ -24,7 +24,7 @@ struct TrainOptions {
   int64_t batch = 16;
   int64_t seq = 0;  // tokens per row; 0: the model's block_size
   LrSchedule schedule{.lr = 2e-3f, .min_lr = 2e-4f, .warmup = 100, .total = 1500};
-  AdamWConfig adam;
+  AdamWConfig adam{};
   float grad_clip = 1.0f;  // ≤ 0: off
   int64_t eval_every = 250;
   int64_t eval_batches = 8;
@@ -32,8 +32,8 @@ struct TrainOptions {
   int64_t checkpoint_every = 0;  // 0: at each evaluation; the final checkpoint is always written
   uint64_t seed = 1337;
   float mask_fraction = kMaskFraction;  // encoders only
-  std::string out;                      // model checkpoint path ("" writes none)
-  std::string metrics;                  // JSONL path ("" writes none)
+  std::string out{};                    // model checkpoint path ("" writes none)
+  std::string metrics{};                // JSONL path ("" writes none)
   bool resume = false;                  // continue from out's optimizer state
 };
 
@@ -49,7 +49,7 @@ struct StepReport {
   double tokens_per_second = 0.0;
   double elapsed = 0.0;  // seconds since the start of this run
   double eta = 0.0;      // seconds left, estimated
-  std::optional<double> val_loss;
+  std::optional<double> val_loss{};
 };
 
 struct TrainResult {
