@@ -38,8 +38,9 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
     return;
   }
   // oneDNN's matmul primitive (brgemm kernels on AVX-512/AVX2, faster than dnnl_sgemm on the
-  // model's shapes: docs/notes/2026-12-02-products.md). A transposed operand is the same memory with swapped strides. The
-  // primitive itself comes from oneDNN's primitive cache after the first call of a shape.
+  // model's shapes: docs/notes/2026-12-02-products.md). A transposed operand is the same memory
+  // with swapped strides. The primitive itself comes from oneDNN's primitive cache after the
+  // first call of a shape.
   using dnnl::memory;
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   const memory::desc a_md({m, k}, memory::data_type::f32,
