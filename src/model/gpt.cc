@@ -1,5 +1,5 @@
 // GPT: construction (initialisation or weights from a TensorSource) and gradient bookkeeping.
-// The forward is in gpt_forward.cc, the backward in gpt_backward.cc, decoding in gpt_decode.cc.
+// The forward and KV-cached decoding are in gpt_forward.cc, the backward in gpt_backward.cc.
 
 #include <algorithm>
 #include <cmath>

@@ -13,6 +13,25 @@ namespace headlight::model {
 
 namespace detail {
 
+namespace {
+
+// Views of one head-major block of packed rows: q, k and v inside rows [B·T, (H + 2G)·hd]
+// (`packed`), or the attention output inside rows [B·T, H·hd] (`heads`).
+attention::Operand packed(const Dims& d, float* rows, int64_t first_head) {
+  return {.data = rows + first_head * d.hd,
+          .batch_stride = d.T * d.W,
+          .head_stride = d.hd,
+          .row_stride = d.W};
+}
+attention::Operand heads(const Dims& d, float* rows) {
+  return {.data = rows,
+          .batch_stride = d.T * d.H * d.hd,
+          .head_stride = d.hd,
+          .row_stride = d.H * d.hd};
+}
+
+}  // namespace
+
 attention::AttentionParams attention_params(const GPTConfig& c, const Dims& d, float* qkv,
                                             float* att, float* lse, const float* alibi) {
   attention::AttentionParams p;
@@ -25,31 +44,19 @@ attention::AttentionParams attention_params(const GPTConfig& c, const Dims& d, f
              .value_dim = d.hd};
   p.options.causal = c.causal;
   p.options.alibi_slopes = c.positional == Positional::alibi ? alibi : nullptr;
-  p.q = {.data = qkv, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
-  p.k = {
-      .data = qkv + d.H * d.hd, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
-  p.v = {.data = qkv + (d.H + d.G) * d.hd,
-         .batch_stride = d.T * d.W,
-         .head_stride = d.hd,
-         .row_stride = d.W};
-  p.out = {
-      .data = att, .batch_stride = d.T * d.H * d.hd, .head_stride = d.hd, .row_stride = d.H * d.hd};
+  p.q = packed(d, qkv, 0);
+  p.k = packed(d, qkv, d.H);
+  p.v = packed(d, qkv, d.H + d.G);
+  p.out = heads(d, att);
   p.lse = lse;
   return p;
 }
 
 void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::AttentionParams& p) {
-  p.dout = {.data = datt,
-            .batch_stride = d.T * d.H * d.hd,
-            .head_stride = d.hd,
-            .row_stride = d.H * d.hd};
-  p.dq = {.data = dqkv, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
-  p.dk = {
-      .data = dqkv + d.H * d.hd, .batch_stride = d.T * d.W, .head_stride = d.hd, .row_stride = d.W};
-  p.dv = {.data = dqkv + (d.H + d.G) * d.hd,
-          .batch_stride = d.T * d.W,
-          .head_stride = d.hd,
-          .row_stride = d.W};
+  p.dout = heads(d, datt);
+  p.dq = packed(d, dqkv, 0);
+  p.dk = packed(d, dqkv, d.H);
+  p.dv = packed(d, dqkv, d.H + d.G);
 }
 
 void dropout(ThreadContext& ctx, float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
