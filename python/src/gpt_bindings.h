@@ -1,4 +1,5 @@
-// Bindings of the GPT engine (gpt_bindings.cc), registered by the module in bindings.cc.
+// Binding groups registered by the module in bindings.cc: the GPT engine (gpt_bindings.cc) and the
+// file readers (io_bindings.cc).
 #pragma once
 
 #include <pybind11/pybind11.h>
@@ -6,5 +7,6 @@
 namespace headlight::python {
 
 void bind_gpt(pybind11::module_& m);
+void bind_io(pybind11::module_& m);
 
 }  // namespace headlight::python

@@ -2,20 +2,15 @@
 
 #include "headlight/io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "headlight/core/atomic_file.h"
 #include "headlight/core/error.h"
+#include "src/io/half.h"
+#include "src/io/mapped_file.h"
 
 namespace headlight::io {
 
@@ -62,32 +57,6 @@ uint64_t dtype_bytes(const std::string& dtype) {
   if (dtype == "F32") return 4;
   if (dtype == "F16" || dtype == "BF16") return 2;
   return 0;
-}
-
-float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  const uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      uint32_t m = man;
-      do {
-        ++e;
-        m <<= 1;
-      } while ((m & 0x400) == 0);
-      bits = sign | (static_cast<uint32_t>(127 - 15 - e) << 23) | ((m & 0x3FF) << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
 }
 
 }  // namespace
@@ -222,35 +191,12 @@ SafetensorsIndex parse_safetensors(std::span<const uint8_t> file, const std::str
   return index;
 }
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  check(fd >= 0, "{}: cannot open ({})", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path);
-  }
-  size_ = static_cast<size_t>(st.st_size);
-  if (size_ > 0) {
-    void* m = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    ::close(fd);
-    check(m != MAP_FAILED, "{}: cannot map ({})", path, std::strerror(errno));
-    map_ = static_cast<const uint8_t*>(m);
-  } else {
-    ::close(fd);
-  }
-  try {
-    index_ = parse_safetensors({map_, size_}, path);
-  } catch (...) {
-    if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
-    map_ = nullptr;
-    throw;
-  }
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), file_(std::make_unique<MappedFile>(path)) {
+  index_ = parse_safetensors(file_->bytes(), path);
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (map_) ::munmap(const_cast<uint8_t*>(map_), size_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 std::vector<std::string> SafetensorsFile::names() const {
   std::vector<std::string> out;
@@ -276,22 +222,17 @@ Shape SafetensorsFile::shape(const std::string& name) const {
 
 void SafetensorsFile::read_f32(const std::string& name, float* dst) const {
   const SafetensorsEntry& e = entry(name);
-  const uint8_t* src = map_ + index_.data_start + e.begin;
+  const uint8_t* src = file_->bytes().data() + index_.data_start + e.begin;
   const size_t bytes = static_cast<size_t>(e.end - e.begin);
   if (e.dtype == "F32") {
     if (bytes) std::memcpy(dst, src, bytes);
     return;
   }
   const size_t n = bytes / 2;
+  const bool bf16 = e.dtype == "BF16";
   for (size_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + 2 * i, 2);
-    if (e.dtype == "BF16") {
-      const uint32_t bits = static_cast<uint32_t>(h) << 16;
-      std::memcpy(dst + i, &bits, 4);
-    } else {
-      dst[i] = half_to_float(h);
-    }
+    const uint16_t h = load_u16(src + 2 * i);
+    dst[i] = bf16 ? bf16_to_float(h) : half_to_float(h);
   }
 }
 

@@ -26,6 +26,8 @@
 
 namespace headlight::io {
 
+class MappedFile;  // src/io/mapped_file.h
+
 struct SafetensorsEntry {
   std::string name;
   std::string dtype;  // "F32", "F16" or "BF16"
@@ -62,8 +64,7 @@ class SafetensorsFile : public TensorSource {
  private:
   const SafetensorsEntry& entry(const std::string& name) const;
   std::string path_;
-  const uint8_t* map_ = nullptr;
-  size_t size_ = 0;
+  std::unique_ptr<MappedFile> file_;
   SafetensorsIndex index_;
 };
 
