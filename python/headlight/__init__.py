@@ -20,6 +20,7 @@ from ._headlight import (  # noqa: F401
     MultiheadAttention,
     cpu_info,
     read_gguf,
+    WordPieceTokenizer,
     scaled_dot_product_attention,
     scaled_dot_product_attention_backward,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "MultiheadAttention",
     "cpu_info",
     "read_gguf",
+    "WordPieceTokenizer",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
 ]

@@ -1,13 +1,19 @@
-// Bindings of the file readers: headlight.read_gguf. Thin: conversion to Python objects only.
+// Bindings of the file readers and of real models' tokenizers: headlight.read_gguf and
+// headlight.WordPieceTokenizer. Thin: conversion to Python objects only.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "gpt_bindings.h"
+#include "headlight/core/error.h"
 #include "headlight/io/gguf.h"
+#include "headlight/model/wordpiece.h"
 
 namespace headlight::python {
 
@@ -59,9 +65,30 @@ py::tuple read_gguf(const std::string& path) {
   return py::make_tuple(metadata, tensors);
 }
 
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  check(in.good(), "{}: cannot open", path);
+  std::stringstream buf;
+  buf << in.rdbuf();
+  return buf.str();
+}
+
 }  // namespace
 
 void bind_io(py::module_& m) {
+  py::class_<model::WordPieceTokenizer>(m, "WordPieceTokenizer")
+      .def_static(
+          "from_file",
+          [](const std::string& path) {
+            return model::WordPieceTokenizer::from_hf_json(read_text(path), path);
+          },
+          py::arg("path"), "From a Hugging Face tokenizer.json whose model is WordPiece.")
+      .def("encode", &model::WordPieceTokenizer::encode, py::arg("text"),
+           py::arg("add_special_tokens") = true)
+      .def("decode", &model::WordPieceTokenizer::decode, py::arg("ids"),
+           py::arg("skip_special_tokens") = true)
+      .def_property_readonly("vocab_size", &model::WordPieceTokenizer::vocab_size)
+      .def("token", &model::WordPieceTokenizer::token, py::arg("id"));
   m.def("read_gguf", &read_gguf, py::arg("path"),
         "(metadata, tensors) of a GGUF file: metadata as Python values, every tensor dequantised "
         "to a float32 array in PyTorch's dimension order (ne reversed).");

