@@ -21,6 +21,7 @@ from ._headlight import (  # noqa: F401
     cpu_info,
     read_gguf,
     WordPieceTokenizer,
+    ByteLevelBPETokenizer,
     scaled_dot_product_attention,
     scaled_dot_product_attention_backward,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "cpu_info",
     "read_gguf",
     "WordPieceTokenizer",
+    "ByteLevelBPETokenizer",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
 ]

@@ -1,5 +1,6 @@
-// Bindings of the file readers and of real models' tokenizers: headlight.read_gguf and
-// headlight.WordPieceTokenizer. Thin: conversion to Python objects only.
+// Bindings of the file readers and of real models' tokenizers: headlight.read_gguf,
+// headlight.WordPieceTokenizer and headlight.ByteLevelBPETokenizer. Thin: conversion to Python
+// objects only.
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -13,6 +14,7 @@
 #include "gpt_bindings.h"
 #include "headlight/core/error.h"
 #include "headlight/io/gguf.h"
+#include "headlight/model/byte_bpe.h"
 #include "headlight/model/wordpiece.h"
 
 namespace headlight::python {
@@ -89,6 +91,23 @@ void bind_io(py::module_& m) {
            py::arg("skip_special_tokens") = true)
       .def_property_readonly("vocab_size", &model::WordPieceTokenizer::vocab_size)
       .def("token", &model::WordPieceTokenizer::token, py::arg("id"));
+  py::class_<model::ByteLevelBpeTokenizer>(m, "ByteLevelBPETokenizer")
+      .def_static(
+          "from_file",
+          [](const std::string& path) {
+            return model::ByteLevelBpeTokenizer::from_hf_json(read_text(path), path);
+          },
+          py::arg("path"), "From a Hugging Face tokenizer.json whose model is byte-level BPE.")
+      .def("encode", &model::ByteLevelBpeTokenizer::encode, py::arg("text"),
+           py::arg("add_special_tokens") = true)
+      .def(
+          "decode",
+          [](const model::ByteLevelBpeTokenizer& t, const std::vector<int32_t>& ids, bool skip) {
+            return t.decode(ids, skip);
+          },
+          py::arg("ids"), py::arg("skip_special_tokens") = true)
+      .def_property_readonly("vocab_size", &model::ByteLevelBpeTokenizer::vocab_size)
+      .def("token", &model::ByteLevelBpeTokenizer::token, py::arg("id"));
   m.def("read_gguf", &read_gguf, py::arg("path"),
         "(metadata, tensors) of a GGUF file: metadata as Python values, every tensor dequantised "
         "to a float32 array in PyTorch's dimension order (ne reversed).");

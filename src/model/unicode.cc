@@ -6,24 +6,61 @@
 
 namespace headlight::model::unicode {
 
+namespace {
+
+// The length of the valid UTF-8 sequence at p[0, n), or the length of its maximal invalid subpart
+// (at least 1) negated: Unicode's "best practice" for U+FFFD substitution (Table 3-7's ranges).
+int sequence(const uint8_t* p, size_t n) {
+  const uint8_t b = p[0];
+  if (b < 0x80) return 1;
+  int need;
+  uint8_t lo = 0x80, hi = 0xBF;
+  if (b >= 0xC2 && b <= 0xDF) {
+    need = 1;
+  } else if (b >= 0xE0 && b <= 0xEF) {
+    need = 2;
+    if (b == 0xE0) lo = 0xA0;
+    if (b == 0xED) hi = 0x9F;
+  } else if (b >= 0xF0 && b <= 0xF4) {
+    need = 3;
+    if (b == 0xF0) lo = 0x90;
+    if (b == 0xF4) hi = 0x8F;
+  } else {
+    return -1;
+  }
+  for (int k = 1; k <= need; ++k) {
+    if (static_cast<size_t>(k) >= n) return -k;
+    const uint8_t c = p[k];
+    const uint8_t l = k == 1 ? lo : 0x80, h = k == 1 ? hi : 0xBF;
+    if (c < l || c > h) return -k;
+  }
+  return need + 1;
+}
+
+}  // namespace
+
 std::vector<char32_t> decode(std::string_view text) {
   std::vector<char32_t> out;
   out.reserve(text.size());
-  const auto* p = reinterpret_cast<const utf8proc_uint8_t*>(text.data());
-  utf8proc_ssize_t left = static_cast<utf8proc_ssize_t>(text.size());
-  while (left > 0) {
-    utf8proc_int32_t c = 0;
-    utf8proc_ssize_t n = utf8proc_iterate(p, left, &c);
-    if (n <= 0) {  // an invalid byte: one replacement character, then resynchronise
+  const auto* p = reinterpret_cast<const uint8_t*>(text.data());
+  size_t i = 0;
+  while (i < text.size()) {
+    const int len = sequence(p + i, text.size() - i);
+    if (len < 0) {
       out.push_back(0xFFFD);
-      n = 1;
-    } else {
-      out.push_back(static_cast<char32_t>(c));
+      i += static_cast<size_t>(-len);
+      continue;
     }
-    p += n;
-    left -= n;
+    utf8proc_int32_t c = 0;
+    utf8proc_iterate(p + i, len, &c);
+    out.push_back(static_cast<char32_t>(c));
+    i += static_cast<size_t>(len);
   }
   return out;
+}
+
+std::string lossy(std::string_view bytes) {
+  return encode(decode(bytes));
 }
 
 void append(std::string& out, char32_t c) {

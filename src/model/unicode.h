@@ -1,6 +1,5 @@
 // Unicode for the tokenizers, through utf8proc (Debian's libutf8proc): UTF-8 decoding and encoding,
-// general categories, canonical decomposition (NFD) and lowercase. Invalid UTF-8 bytes decode as
-// U+FFFD, as Rust's `String::from_utf8_lossy` (and so Hugging Face tokenizers) would see them.
+// general categories, canonical decomposition (NFD) and lowercase.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +9,11 @@
 
 namespace headlight::model::unicode {
 
-// The code points of `text`.
+// The code points of `text`; each maximal invalid subsequence becomes one U+FFFD (as Rust's
+// String::from_utf8_lossy, and so Hugging Face tokenizers, decode bytes).
 std::vector<char32_t> decode(std::string_view text);
+// `bytes` as valid UTF-8, invalid subsequences replaced likewise.
+std::string lossy(std::string_view bytes);
 // Appends the UTF-8 bytes of `c` to `out`.
 void append(std::string& out, char32_t c);
 std::string encode(const std::vector<char32_t>& chars);
