@@ -14,6 +14,7 @@
 #include "gpt_bindings.h"
 #include "headlight/core/error.h"
 #include "headlight/io/gguf.h"
+#include "headlight/load/gguf_tokenizer.h"
 #include "headlight/model/byte_bpe.h"
 #include "headlight/model/wordpiece.h"
 
@@ -98,6 +99,10 @@ void bind_io(py::module_& m) {
             return model::ByteLevelBpeTokenizer::from_hf_json(read_text(path), path);
           },
           py::arg("path"), "From a Hugging Face tokenizer.json whose model is byte-level BPE.")
+      .def_static(
+          "from_gguf",
+          [](const std::string& path) { return load::tokenizer_from_gguf(io::GgufFile(path)); },
+          py::arg("path"), "The tokenizer a GGUF file's metadata describes.")
       .def("encode", &model::ByteLevelBpeTokenizer::encode, py::arg("text"),
            py::arg("add_special_tokens") = true)
       .def(

@@ -135,3 +135,26 @@ def test_a_byte_level_tokenizer_it_cannot_read_is_refused(smollm2_json, tmp_path
     path.write_text(json.dumps(spec))
     with pytest.raises(ValueError, match=f"{path}.*Whitespace.*not supported"):
         headlight.ByteLevelBPETokenizer.from_file(str(path))
+
+
+def test_smollm2_tokenizer_from_the_gguf_metadata_equals_transformers(smollm2_json, tmp_path):
+    from model_files import SMOLLM2_GGUF
+    hl = headlight.ByteLevelBPETokenizer.from_gguf(str(SMOLLM2_GGUF))
+    _, hf = pair(smollm2_json, tmp_path, "smollm2.json")
+    assert hl.vocab_size == 49152
+    assert_same_on_every_line(hl, hf)
+    chat = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi!<|im_end|>\n"
+    assert hl.encode(chat) == hf.encode(chat).ids
+
+
+def test_a_gguf_without_a_byte_level_tokenizer_is_refused(tmp_path):
+    import gguf
+    path = tmp_path / "sp.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    w.add_string("tokenizer.ggml.model", "llama")
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    with pytest.raises(ValueError, match=f'{path}: tokenizer.ggml.model "llama" is not supported'):
+        headlight.ByteLevelBPETokenizer.from_gguf(str(path))

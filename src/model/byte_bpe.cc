@@ -15,13 +15,14 @@
 
 namespace headlight::model {
 
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 namespace {
 
 using json = nlohmann::json;
-
-// GPT-2's pre-tokeniser pattern, the ByteLevel default of Hugging Face tokenizers.
-constexpr const char* kGpt2Pattern =
-    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // GPT-2's table: printable bytes stand for themselves, the others for characters from U+0100 up.
 std::vector<char32_t> byte_to_char() {
@@ -88,6 +89,39 @@ ByteLevelBpeTokenizer::~ByteLevelBpeTokenizer() = default;
 ByteLevelBpeTokenizer::ByteLevelBpeTokenizer(ByteLevelBpeTokenizer&&) noexcept = default;
 ByteLevelBpeTokenizer& ByteLevelBpeTokenizer::operator=(ByteLevelBpeTokenizer&&) noexcept = default;
 
+ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_spec(ByteLevelBpeSpec spec,
+                                                       const std::string& what) {
+  ByteLevelBpeTokenizer t;
+  t.tokens_ = std::move(spec.tokens);
+  check(!t.tokens_.empty(), "{}: an empty vocabulary", what);
+  for (size_t id = 0; id < t.tokens_.size(); ++id) {
+    check(!t.tokens_[id].empty(), "{}: the vocabulary has no token with id {}", what, id);
+    check(t.ids_.emplace(t.tokens_[id], static_cast<int32_t>(id)).second,
+          "{}: token \"{}\" appears twice in the vocabulary", what, t.tokens_[id]);
+  }
+  int32_t rank = 0;
+  for (auto& [left, right] : spec.merges) t.ranks_.emplace(left + " " + right, rank++);
+  for (const ByteLevelBpeSpec::Added& a : spec.added) {
+    const std::string& text = t.token(a.id);
+    t.added_.push_back(text);
+    if (a.special) t.special_.push_back(text);
+  }
+  for (const std::vector<int32_t>* list : {&spec.prefix, &spec.suffix})
+    for (int32_t id : *list) t.token(id);  // throws when outside the vocabulary
+  t.prefix_ = std::move(spec.prefix);
+  t.suffix_ = std::move(spec.suffix);
+  t.split_digits_ = spec.split_digits;
+  t.ignore_merges_ = spec.ignore_merges;
+  t.pattern_ = std::make_unique<Pattern>(spec.pattern, what);
+  const std::vector<char32_t> table = byte_to_char();
+  t.byte_chars_.resize(256);
+  for (int b = 0; b < 256; ++b) {
+    unicode::append(t.byte_chars_[b], table[b]);
+    t.char_bytes_[table[b]] = static_cast<uint8_t>(b);
+  }
+  return t;
+}
+
 ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& text,
                                                           const std::string& what) {
   json j;
@@ -96,21 +130,24 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
   } catch (const json::exception& e) {
     fail("{}: not JSON ({})", what, e.what());
   }
-  ByteLevelBpeTokenizer t;
+  ByteLevelBpeSpec spec;
   check(j.contains("model") && j["model"].is_object(), "{}: no \"model\"", what);
   const json& model = j["model"];
   const std::string type = model.value("type", "");
   check(type == "BPE", "{}: model.type is \"{}\", not BPE", what, type);
   check(model.contains("vocab") && model["vocab"].is_object() && !model["vocab"].empty(),
         "{}: model.vocab must be a non-empty object", what);
-  for (const auto& [token, id_json] : model["vocab"].items()) {
-    const int32_t id = token_id(id_json, what);
-    if (static_cast<size_t>(id) >= t.tokens_.size()) t.tokens_.resize(static_cast<size_t>(id) + 1);
-    check(t.ids_.count(token) == 0, "{}: model.vocab: token \"{}\" appears twice", what, token);
-    t.tokens_[static_cast<size_t>(id)] = token;
-    t.ids_[token] = id;
-  }
-  t.ignore_merges_ = model.value("ignore_merges", false);
+  auto place = [&](int32_t id, const std::string& token) {
+    if (static_cast<size_t>(id) >= spec.tokens.size())
+      spec.tokens.resize(static_cast<size_t>(id) + 1);
+    check(spec.tokens[static_cast<size_t>(id)].empty() ||
+              spec.tokens[static_cast<size_t>(id)] == token,
+          "{}: id {} names both \"{}\" and \"{}\"", what, id, spec.tokens[static_cast<size_t>(id)],
+          token);
+    spec.tokens[static_cast<size_t>(id)] = token;
+  };
+  for (const auto& [token, id_json] : model["vocab"].items()) place(token_id(id_json, what), token);
+  spec.ignore_merges = model.value("ignore_merges", false);
   check(!model.contains("dropout") || model["dropout"].is_null(),
         "{}: BPE dropout is not supported", what);
   check(model.value("continuing_subword_prefix", std::string()).empty() &&
@@ -118,19 +155,19 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
         "{}: BPE with a subword prefix or suffix is not byte-level", what);
   check(model.contains("merges") && model["merges"].is_array(), "{}: model.merges is missing",
         what);
-  int32_t rank = 0;
   for (const json& m : model["merges"]) {
-    std::string pair;
-    if (m.is_string()) {
-      pair = m.get<std::string>();  // "left right"
+    if (m.is_string()) {  // "left right"
+      const std::string pair = m.get<std::string>();
+      const size_t space = pair.find(' ');
+      check(space != std::string::npos, "{}: model.merges[{}] is not a pair", what,
+            spec.merges.size());
+      spec.merges.emplace_back(pair.substr(0, space), pair.substr(space + 1));
     } else {
       check(m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string(),
-            "{}: model.merges[{}] must be a pair of strings", what, rank);
-      pair = m[0].get<std::string>() + " " + m[1].get<std::string>();
+            "{}: model.merges[{}] must be a pair of strings", what, spec.merges.size());
+      spec.merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
     }
-    t.ranks_.emplace(std::move(pair), rank++);
   }
-
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
       const std::string content = a.value("content", "");
@@ -140,11 +177,8 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
             "{}: added token \"{}\": only tokens matched as they are (no lstrip, rstrip, "
             "single_word or normalized) are supported",
             what, content);
-      if (static_cast<size_t>(id) >= t.tokens_.size())
-        t.tokens_.resize(static_cast<size_t>(id) + 1);
-      t.tokens_[static_cast<size_t>(id)] = content;
-      t.ids_[content] = id;
-      t.special_.push_back(content);
+      place(id, content);
+      spec.added.push_back({.id = id, .special = a.value("special", false)});
     }
   }
   check(!j.contains("normalizer") || j["normalizer"].is_null(),
@@ -152,7 +186,6 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
 
   // The pre-tokeniser: ByteLevel (GPT-2's pattern), optionally after Digits, or a Split pattern
   // followed by ByteLevel without its own pattern.
-  std::string pattern = kGpt2Pattern;
   const json& pre = j.contains("pre_tokenizer") ? j["pre_tokenizer"] : json();
   std::vector<json> steps;
   if (pre.is_object() && pre.value("type", "") == "Sequence") {
@@ -170,19 +203,18 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
       if (!s.value("use_regex", true)) check(custom, "{}: ByteLevel without a pattern", what);
     } else if (kind == "Digits") {
       check(s.value("individual_digits", false), "{}: Digits must be individual_digits", what);
-      t.split_digits_ = true;
+      spec.split_digits = true;
     } else if (kind == "Split") {
       check(s.contains("pattern") && s["pattern"].contains("Regex") &&
                 s.value("behavior", "") == "Isolated" && !s.value("invert", false),
             "{}: only a Split with a Regex pattern, Isolated and not inverted is supported", what);
-      pattern = s["pattern"]["Regex"].get<std::string>();
+      spec.pattern = s["pattern"]["Regex"].get<std::string>();
       custom = true;
     } else {
       fail("{}: pre_tokenizer {} is not supported with byte-level BPE", what, kind);
     }
   }
   check(byte_level, "{}: pre_tokenizer must include ByteLevel", what);
-  t.pattern_ = std::make_unique<Pattern>(pattern, what);
 
   const json& post = j.contains("post_processor") ? j["post_processor"] : json();
   const json* template_steps = nullptr;
@@ -200,19 +232,14 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
         continue;
       }
       const std::string tok = piece.at("SpecialToken").at("id").get<std::string>();
-      const int32_t id = t.id(tok);
-      check(id >= 0, "{}: post_processor token \"{}\" is not in the vocabulary", what, tok);
-      (seen_sequence ? t.suffix_ : t.prefix_).push_back(id);
+      const auto it = std::find(spec.tokens.begin(), spec.tokens.end(), tok);
+      check(it != spec.tokens.end(), "{}: post_processor token \"{}\" is not in the vocabulary",
+            what, tok);
+      (seen_sequence ? spec.suffix : spec.prefix)
+          .push_back(static_cast<int32_t>(it - spec.tokens.begin()));
     }
   }
-
-  const std::vector<char32_t> table = byte_to_char();
-  t.byte_chars_.resize(256);
-  for (int b = 0; b < 256; ++b) {
-    unicode::append(t.byte_chars_[b], table[b]);
-    t.char_bytes_[table[b]] = static_cast<uint8_t>(b);
-  }
-  return t;
+  return from_spec(std::move(spec), what);
 }
 
 const std::string& ByteLevelBpeTokenizer::token(int32_t id) const {
@@ -233,7 +260,7 @@ std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text,
   size_t start = 0, at = 0;
   while (at < text.size()) {
     const std::string* best = nullptr;
-    for (const std::string& s : special_)
+    for (const std::string& s : added_)
       if (text.compare(at, s.size(), s) == 0 && (!best || s.size() > best->size())) best = &s;
     if (!best) {
       ++at;
@@ -317,9 +344,9 @@ std::string ByteLevelBpeTokenizer::decode(const std::vector<int32_t>& ids,
   std::string bytes;
   for (int32_t i : ids) {
     const std::string& tok = token(i);
-    const bool special = std::find(special_.begin(), special_.end(), tok) != special_.end();
-    if (special) {
-      if (!skip_special_tokens) bytes += tok;
+    if (std::find(added_.begin(), added_.end(), tok) != added_.end()) {  // added: its own text
+      const bool special = std::find(special_.begin(), special_.end(), tok) != special_.end();
+      if (!(special && skip_special_tokens)) bytes += tok;
       continue;
     }
     for (char32_t c : unicode::decode(tok)) {

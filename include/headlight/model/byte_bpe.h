@@ -21,10 +21,30 @@
 
 namespace headlight::model {
 
+// GPT-2's pre-tokeniser pattern (the ByteLevel default) and Llama-3's (a Split before ByteLevel).
+extern const char* const kGpt2Pattern;
+extern const char* const kLlama3Pattern;
+
+// What a byte-level BPE tokenizer is made of, whichever file it comes from.
+struct ByteLevelBpeSpec {
+  std::vector<std::string> tokens;  // by id, in GPT-2's byte-level characters
+  std::vector<std::pair<std::string, std::string>> merges;  // by rank
+  struct Added {
+    int32_t id = 0;
+    bool special = true;  // skipped by decode(…, skip_special_tokens = true)
+  };
+  std::vector<Added> added;  // matched whole in the raw text (their token is their text)
+  std::string pattern = kGpt2Pattern;
+  bool split_digits = false;  // a Digits step (each digit alone) before the pattern
+  bool ignore_merges = false;
+  std::vector<int32_t> prefix, suffix;  // put around every sequence (a BOS token)
+};
+
 class ByteLevelBpeTokenizer {
  public:
-  // From the text of a tokenizer.json whose model is BPE with a ByteLevel pre-tokeniser; `what`
-  // names the file in errors.
+  // `what` names the source in errors (a token missing from the vocabulary, a bad pattern).
+  static ByteLevelBpeTokenizer from_spec(ByteLevelBpeSpec spec, const std::string& what);
+  // From the text of a tokenizer.json whose model is BPE with a ByteLevel pre-tokeniser.
   static ByteLevelBpeTokenizer from_hf_json(const std::string& json, const std::string& what);
   ~ByteLevelBpeTokenizer();
   ByteLevelBpeTokenizer(ByteLevelBpeTokenizer&&) noexcept;
@@ -48,7 +68,8 @@ class ByteLevelBpeTokenizer {
   std::vector<std::string> tokens_;  // by id (byte-level characters)
   std::unordered_map<std::string, int32_t> ids_;
   std::unordered_map<std::string, int32_t> ranks_;  // "left right" → merge rank
-  std::vector<std::string> special_;
+  std::vector<std::string> added_;                  // matched whole in the raw text
+  std::vector<std::string> special_;                // those of them decode skips
   std::vector<int32_t> prefix_, suffix_;
   std::vector<std::string> byte_chars_;               // byte → its character (UTF-8)
   std::unordered_map<char32_t, uint8_t> char_bytes_;  // and back
