@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "headlight/core/error.h"
+#include "src/model/hf_tokenizer.h"
 #include "src/model/unicode.h"
 
 namespace headlight::model {
@@ -34,12 +35,6 @@ std::vector<char32_t> byte_to_char() {
   char32_t next = 256;
   for (int b = 0; b < 256; ++b) table[b] = printable[b] ? static_cast<char32_t>(b) : next++;
   return table;
-}
-
-int32_t token_id(const json& j, const std::string& what) {
-  check(j.is_number_integer() && j.get<int64_t>() >= 0 && j.get<int64_t>() < (int64_t{1} << 31),
-        "{}: a token id must be a non-negative integer, got {}", what, j.dump());
-  return j.get<int32_t>();
 }
 
 }  // namespace
@@ -124,12 +119,7 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_spec(ByteLevelBpeSpec spec,
 
 ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& text,
                                                           const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("{}: not JSON ({})", what, e.what());
-  }
+  const json j = hf::parse(text, what);
   ByteLevelBpeSpec spec;
   check(j.contains("model") && j["model"].is_object(), "{}: no \"model\"", what);
   const json& model = j["model"];
@@ -146,7 +136,8 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
           token);
     spec.tokens[static_cast<size_t>(id)] = token;
   };
-  for (const auto& [token, id_json] : model["vocab"].items()) place(token_id(id_json, what), token);
+  for (const auto& [token, id_json] : model["vocab"].items())
+    place(hf::token_id(id_json, what), token);
   spec.ignore_merges = model.value("ignore_merges", false);
   check(!model.contains("dropout") || model["dropout"].is_null(),
         "{}: BPE dropout is not supported", what);
@@ -171,7 +162,7 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
       const std::string content = a.value("content", "");
-      const int32_t id = token_id(a.value("id", json(-1)), what);
+      const int32_t id = hf::token_id(a.value("id", json(-1)), what);
       check(!content.empty() && !a.value("lstrip", false) && !a.value("rstrip", false) &&
                 !a.value("single_word", false) && !a.value("normalized", false),
             "{}: added token \"{}\": only tokens matched as they are (no lstrip, rstrip, "
@@ -216,29 +207,13 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& tex
   }
   check(byte_level, "{}: pre_tokenizer must include ByteLevel", what);
 
-  const json& post = j.contains("post_processor") ? j["post_processor"] : json();
-  const json* template_steps = nullptr;
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing") {
-    template_steps = &post["single"];
-  } else if (post.is_object() && post.value("type", "") == "Sequence") {
-    for (const json& p : post.value("processors", json::array()))
-      if (p.value("type", "") == "TemplateProcessing") template_steps = &p["single"];
-  }
-  if (template_steps) {
-    bool seen_sequence = false;
-    for (const json& piece : *template_steps) {
-      if (piece.contains("Sequence")) {
-        seen_sequence = true;
-        continue;
-      }
-      const std::string tok = piece.at("SpecialToken").at("id").get<std::string>();
-      const auto it = std::find(spec.tokens.begin(), spec.tokens.end(), tok);
-      check(it != spec.tokens.end(), "{}: post_processor token \"{}\" is not in the vocabulary",
-            what, tok);
-      (seen_sequence ? spec.suffix : spec.prefix)
-          .push_back(static_cast<int32_t>(it - spec.tokens.begin()));
-    }
-  }
+  hf::template_tokens(
+      j.contains("post_processor") ? j["post_processor"] : json(),
+      [&](const std::string& tok) {
+        const auto it = std::find(spec.tokens.begin(), spec.tokens.end(), tok);
+        return it == spec.tokens.end() ? -1 : static_cast<int32_t>(it - spec.tokens.begin());
+      },
+      what, spec.prefix, spec.suffix);
   return from_spec(std::move(spec), what);
 }
 
@@ -257,21 +232,9 @@ std::vector<int32_t> ByteLevelBpeTokenizer::encode(std::string_view text,
                                                    bool add_special_tokens) const {
   std::vector<int32_t> out;
   if (add_special_tokens) out = prefix_;
-  size_t start = 0, at = 0;
-  while (at < text.size()) {
-    const std::string* best = nullptr;
-    for (const std::string& s : added_)
-      if (text.compare(at, s.size(), s) == 0 && (!best || s.size() > best->size())) best = &s;
-    if (!best) {
-      ++at;
-      continue;
-    }
-    encode_normal(text.substr(start, at - start), out);
-    out.push_back(id(*best));
-    at += best->size();
-    start = at;
-  }
-  encode_normal(text.substr(start), out);
+  hf::split_added(
+      text, added_, [&](std::string_view plain) { encode_normal(plain, out); },
+      [&](size_t k) { out.push_back(id(added_[k])); });
   if (add_special_tokens) out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }

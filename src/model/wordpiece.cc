@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "headlight/core/error.h"
+#include "src/model/hf_tokenizer.h"
 #include "src/model/unicode.h"
 
 namespace headlight::model {
@@ -40,22 +41,11 @@ const json& field(const json& j, const char* key, const std::string& what, const
   return j.at(key);
 }
 
-int32_t token_id(const json& j, const std::string& what) {
-  check(j.is_number_integer() && j.get<int64_t>() >= 0 && j.get<int64_t>() < (int64_t{1} << 31),
-        "{}: a token id must be a non-negative integer, got {}", what, j.dump());
-  return j.get<int32_t>();
-}
-
 }  // namespace
 
 WordPieceTokenizer WordPieceTokenizer::from_hf_json(const std::string& text,
                                                     const std::string& what) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    fail("{}: not JSON ({})", what, e.what());
-  }
+  const json j = hf::parse(text, what);
   WordPieceTokenizer t;
   const json& model = field(j, "model", what, "the tokenizer");
   const std::string type = model.value("type", "");
@@ -63,7 +53,7 @@ WordPieceTokenizer WordPieceTokenizer::from_hf_json(const std::string& text,
   const json& vocab = field(model, "vocab", what, "model");
   check(vocab.is_object() && !vocab.empty(), "{}: model.vocab must be a non-empty object", what);
   for (const auto& [token, id_json] : vocab.items()) {
-    const int32_t id = token_id(id_json, what);
+    const int32_t id = hf::token_id(id_json, what);
     if (static_cast<size_t>(id) >= t.tokens_.size()) t.tokens_.resize(static_cast<size_t>(id) + 1);
     check(t.tokens_[static_cast<size_t>(id)].empty() && t.ids_.count(token) == 0,
           "{}: model.vocab: id {} or token \"{}\" appears twice", what, id, token);
@@ -81,7 +71,7 @@ WordPieceTokenizer WordPieceTokenizer::from_hf_json(const std::string& text,
   if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
     for (const json& a : j["added_tokens"]) {
       const std::string content = field(a, "content", what, "an added token").get<std::string>();
-      const int32_t id = token_id(field(a, "id", what, "an added token"), what);
+      const int32_t id = hf::token_id(field(a, "id", what, "an added token"), what);
       check(a.value("special", false) && !a.value("lstrip", false) && !a.value("rstrip", false) &&
                 !a.value("single_word", false),
             "{}: added token \"{}\": only special tokens without lstrip, rstrip or single_word "
@@ -111,27 +101,9 @@ WordPieceTokenizer WordPieceTokenizer::from_hf_json(const std::string& text,
   check(pre.is_object() && pre.value("type", "") == "BertPreTokenizer",
         "{}: pre_tokenizer must be BertPreTokenizer for WordPiece", what);
 
-  const json& post = j.contains("post_processor") ? j["post_processor"] : json();
-  if (post.is_object() && post.value("type", "") == "TemplateProcessing") {
-    bool seen_sequence = false;
-    for (const json& piece : field(post, "single", what, "post_processor")) {
-      if (piece.contains("Sequence")) {
-        seen_sequence = true;
-        continue;
-      }
-      const std::string tok = field(field(piece, "SpecialToken", what, "post_processor.single"),
-                                    "id", what, "post_processor.single")
-                                  .get<std::string>();
-      const int32_t id = t.id(tok);
-      check(id >= 0, "{}: post_processor token \"{}\" is not in the vocabulary", what, tok);
-      (seen_sequence ? t.suffix_ : t.prefix_).push_back(id);
-    }
-  } else if (post.is_object() && post.value("type", "") == "BertProcessing") {
-    t.prefix_ = {token_id(field(post, "cls", what, "post_processor").at(1), what)};
-    t.suffix_ = {token_id(field(post, "sep", what, "post_processor").at(1), what)};
-  } else {
-    check(post.is_null(), "{}: post_processor {} is not supported", what, post.value("type", "?"));
-  }
+  hf::template_tokens(
+      j.contains("post_processor") ? j["post_processor"] : json(),
+      [&](const std::string& tok) { return t.id(tok); }, what, t.prefix_, t.suffix_);
   const json& dec = j.contains("decoder") ? j["decoder"] : json();
   if (dec.is_object()) t.cleanup_ = dec.value("cleanup", true);
   return t;
@@ -152,23 +124,10 @@ std::vector<int32_t> WordPieceTokenizer::encode(std::string_view text,
                                                 bool add_special_tokens) const {
   std::vector<int32_t> out;
   if (add_special_tokens) out = prefix_;
-  // Special tokens are split out of the raw text first: at each position the longest that starts
-  // there, at the leftmost position where any does.
-  size_t start = 0, at = 0;
-  while (at < text.size()) {
-    const std::string* best = nullptr;
-    for (const std::string& s : special_)
-      if (text.compare(at, s.size(), s) == 0 && (!best || s.size() > best->size())) best = &s;
-    if (!best) {
-      ++at;
-      continue;
-    }
-    encode_normal(text.substr(start, at - start), out);
-    out.push_back(id(*best));
-    at += best->size();
-    start = at;
-  }
-  encode_normal(text.substr(start), out);
+  // Special tokens are split out of the raw text first.
+  hf::split_added(
+      text, special_, [&](std::string_view plain) { encode_normal(plain, out); },
+      [&](size_t k) { out.push_back(id(special_[k])); });
   if (add_special_tokens) out.insert(out.end(), suffix_.begin(), suffix_.end());
   return out;
 }
