@@ -8,12 +8,14 @@
 
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
 #include "gpt_bindings.h"
 #include "headlight/core/error.h"
 #include "headlight/io/gguf.h"
+#include "headlight/io/safetensors.h"
 #include "headlight/load/gguf_tokenizer.h"
 #include "headlight/model/byte_bpe.h"
 #include "headlight/model/wordpiece.h"
@@ -68,6 +70,35 @@ py::tuple read_gguf(const std::string& path) {
   return py::make_tuple(metadata, tensors);
 }
 
+// (metadata, tensors) of a safetensors file, or of the shards a model.safetensors.index.json names:
+// the floating-point tensors as float32 arrays (integer buffers such as position ids are left out).
+py::tuple read_safetensors(const std::string& path) {
+  const bool sharded = path.size() >= 5 && path.compare(path.size() - 5, 5, ".json") == 0;
+  std::unique_ptr<TensorSource> src;
+  std::vector<std::string> floats;
+  if (sharded) {
+    src = std::make_unique<io::ShardedSafetensors>(path);
+    floats = src->names();
+  } else {
+    auto file = std::make_unique<io::SafetensorsFile>(path);
+    for (const auto& e : file->index().tensors)
+      if (e.dtype == "F32" || e.dtype == "F16" || e.dtype == "BF16" || e.dtype == "F64")
+        floats.push_back(e.name);
+    src = std::move(file);
+  }
+  py::dict tensors;
+  for (const std::string& name : floats) {
+    py::array_t<float> a(src->shape(name));
+    src->read_f32(name, a.mutable_data());
+    tensors[py::str(name)] = a;
+  }
+  py::dict metadata;
+  if (!sharded)
+    for (const auto& [k, v] : static_cast<const io::SafetensorsFile&>(*src).index().metadata)
+      metadata[py::str(k)] = py::str(v);
+  return py::make_tuple(metadata, tensors);
+}
+
 std::string read_text(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   check(in.good(), "{}: cannot open", path);
@@ -113,6 +144,9 @@ void bind_io(py::module_& m) {
           py::arg("ids"), py::arg("skip_special_tokens") = true)
       .def_property_readonly("vocab_size", &model::ByteLevelBpeTokenizer::vocab_size)
       .def("token", &model::ByteLevelBpeTokenizer::token, py::arg("id"));
+  m.def("read_safetensors", &read_safetensors, py::arg("path"),
+        "(metadata, tensors) of a safetensors file or of the shards a model.safetensors.index.json "
+        "names: floating-point tensors as float32 arrays.");
   m.def("read_gguf", &read_gguf, py::arg("path"),
         "(metadata, tensors) of a GGUF file: metadata as Python values, every tensor dequantised "
         "to a float32 array in PyTorch's dimension order (ne reversed).");

@@ -3,6 +3,9 @@
 #include "headlight/io/safetensors.h"
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -54,9 +57,12 @@ bool valid_utf8(std::span<const uint8_t> s) {
 }
 
 uint64_t dtype_bytes(const std::string& dtype) {
-  if (dtype == "F32") return 4;
-  if (dtype == "F16" || dtype == "BF16") return 2;
-  return 0;
+  static const std::map<std::string, uint64_t> kBytes = {
+      {"F64", 8},     {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F8_E4M3", 1},
+      {"F8_E5M2", 1}, {"I64", 8}, {"I32", 4}, {"I16", 2},  {"I8", 1},
+      {"U64", 8},     {"U32", 4}, {"U16", 2}, {"U8", 1},   {"BOOL", 1}};
+  const auto it = kBytes.find(dtype);
+  return it == kBytes.end() ? 0 : it->second;
 }
 
 }  // namespace
@@ -112,8 +118,7 @@ SafetensorsEntry parse_entry(const std::string& name, const nlohmann::ordered_js
   e.name = name;
   e.dtype = v["dtype"].get<std::string>();
   const uint64_t size = dtype_bytes(e.dtype);
-  check(size > 0, "{}: tensor \"{}\": unknown dtype \"{}\" (F32, F16 or BF16)", what, name,
-        e.dtype);
+  check(size > 0, "{}: tensor \"{}\": unknown dtype \"{}\"", what, name, e.dtype);
   check(v.contains("shape") && v["shape"].is_array(), "{}: tensor \"{}\": missing shape", what,
         name);
   uint64_t bytes = size;
@@ -228,6 +233,18 @@ void SafetensorsFile::read_f32(const std::string& name, float* dst) const {
     if (bytes) std::memcpy(dst, src, bytes);
     return;
   }
+  if (e.dtype == "F64") {
+    for (size_t i = 0; i < bytes / 8; ++i) {
+      double x;
+      std::memcpy(&x, src + 8 * i, 8);
+      dst[i] = static_cast<float>(x);
+    }
+    return;
+  }
+  check(e.dtype == "F16" || e.dtype == "BF16",
+        "{}: tensor \"{}\" has dtype {}, which headlight does not read as float32 (F32, F16, "
+        "BF16 and F64 it does)",
+        path_, name, e.dtype);
   const size_t n = bytes / 2;
   const bool bf16 = e.dtype == "BF16";
   for (size_t i = 0; i < n; ++i) {
@@ -271,6 +288,65 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
   for (const TensorToWrite& t : tensors)
     out.write(t.data, static_cast<size_t>(checked_numel(t.shape, t.name)) * 4);
   out.commit();
+}
+
+ShardedSafetensors::ShardedSafetensors(const std::string& index_path) : path_(index_path) {
+  std::ifstream in(index_path, std::ios::binary);
+  check(in.good(), "{}: cannot open", index_path);
+  nlohmann::json j;
+  try {
+    in >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not JSON ({})", index_path, e.what());
+  }
+  check(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+        "{}: no \"weight_map\" object", index_path);
+  const std::filesystem::path folder = std::filesystem::path(index_path).parent_path();
+  std::map<std::string, size_t> shard_index;
+  for (const auto& [tensor, shard_json] : j["weight_map"].items()) {
+    check(shard_json.is_string(), "{}: weight_map[\"{}\"] must be a file name", index_path, tensor);
+    const std::string shard = shard_json.get<std::string>();
+    // A shard is a file beside the index: no folders, so that a crafted index reads nothing else.
+    check(!shard.empty() && shard.find('/') == std::string::npos && shard != "." && shard != "..",
+          "{}: weight_map[\"{}\"]: \"{}\" is not a file name beside the index", index_path, tensor,
+          shard);
+    auto [it, added] = shard_index.emplace(shard, shards_.size());
+    if (added) shards_.push_back(std::make_unique<SafetensorsFile>((folder / shard).string()));
+    check(shards_[it->second]->contains(tensor),
+          "{}: weight_map puts \"{}\" in {}, which has no such tensor", index_path, tensor, shard);
+    shard_by_tensor_[tensor] = it->second;
+    names_.push_back(tensor);
+  }
+  check(!names_.empty(), "{}: weight_map is empty", index_path);
+  if (j.contains("metadata") && j["metadata"].is_object())
+    for (const auto& [key, value] : j["metadata"].items())
+      metadata_[key] = value.is_string() ? value.get<std::string>() : value.dump();
+}
+
+ShardedSafetensors::~ShardedSafetensors() = default;
+
+const SafetensorsFile& ShardedSafetensors::shard_of(const std::string& name) const {
+  const auto it = shard_by_tensor_.find(name);
+  check(it != shard_by_tensor_.end(), "{}: no tensor named \"{}\"", path_, name);
+  return *shards_[it->second];
+}
+
+std::vector<std::string> ShardedSafetensors::names() const {
+  return names_;
+}
+bool ShardedSafetensors::contains(const std::string& name) const {
+  return shard_by_tensor_.count(name) != 0;
+}
+Shape ShardedSafetensors::shape(const std::string& name) const {
+  return shard_of(name).shape(name);
+}
+void ShardedSafetensors::read_f32(const std::string& name, float* dst) const {
+  shard_of(name).read_f32(name, dst);
+}
+std::optional<std::string> ShardedSafetensors::metadata(const std::string& key) const {
+  const auto it = metadata_.find(key);
+  if (it == metadata_.end()) return std::nullopt;
+  return it->second;
 }
 
 }  // namespace headlight::io

@@ -19,11 +19,10 @@ namespace {
 using testing::expect_error;
 
 std::vector<uint8_t> file_bytes(const std::string& header, size_t data_bytes) {
-  std::vector<uint8_t> out(8);
+  std::vector<uint8_t> out(8 + header.size() + data_bytes, 0);
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out[static_cast<size_t>(i)] = static_cast<uint8_t>(n >> (8 * i));
-  out.insert(out.end(), header.begin(), header.end());
-  out.resize(out.size() + data_bytes, 0);
+  if (n > 0) std::memcpy(out.data() + 8, header.data(), header.size());
   return out;
 }
 
@@ -109,8 +108,11 @@ TEST(Safetensors, RejectsMalformedFiles) {
   expect_error([] { parse("{\"a\": ", 0); }, {"not valid JSON"});
   expect_error([] { parse("[1, 2]", 0); }, {"must be a JSON object"});
   expect_error([] { parse("{\"\xff\xfe\": 1}", 0); }, {"not valid UTF-8"});
-  expect_error([] { parse(R"({"a":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8); },
-               {"unknown dtype \"I64\""});
+  expect_error([] { parse(R"({"a":{"dtype":"Q4","shape":[1],"data_offsets":[0,8]}})", 8); },
+               {"unknown dtype \"Q4\""});
+  EXPECT_EQ(
+      parse(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8).tensors[0].dtype,
+      "I64");
   expect_error(
       [] {
         parse(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", 8);
@@ -166,6 +168,51 @@ TEST(Safetensors, RejectsMalformedFiles) {
 TEST(Safetensors, MissingFileNamesThePath) {
   expect_error([] { SafetensorsFile f("/no/such/file.safetensors"); },
                {"/no/such/file.safetensors", "cannot open"});
+}
+
+TEST(Safetensors, ShardsNamedByAnIndex) {
+  const auto dir = std::filesystem::temp_directory_path() / "headlight_shards";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::vector<float> a = {1, 2, 3}, b = {4, 5};
+  write_safetensors((dir / "model-1.safetensors").string(),
+                    std::vector<TensorToWrite>{{"a", {3}, a.data()}}, {});
+  write_safetensors((dir / "model-2.safetensors").string(),
+                    std::vector<TensorToWrite>{{"b", {1, 2}, b.data()}}, {});
+  auto write_index = [&](const std::string& text) {
+    std::ofstream(dir / "model.safetensors.index.json") << text;
+    return (dir / "model.safetensors.index.json").string();
+  };
+  const std::string index = write_index(
+      R"({"metadata": {"total_size": 20}, "weight_map": {"a": "model-1.safetensors", "b": "model-2.safetensors"}})");
+  const ShardedSafetensors s(index);
+  EXPECT_EQ(s.names(), (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(s.shape("b"), (Shape{1, 2}));
+  std::vector<float> got(2);
+  s.read_f32("b", got.data());
+  EXPECT_EQ(got, b);
+  EXPECT_EQ(s.metadata("total_size"), "20");
+  expect_error(
+      [&] { ShardedSafetensors(write_index(R"({"weight_map": {"a": "model-2.safetensors"}})")); },
+      {"model.safetensors.index.json", "\"a\"", "no such tensor"});
+  expect_error(
+      [&] { ShardedSafetensors(write_index(R"({"weight_map": {"a": "../x.safetensors"}})")); },
+      {"not a file name beside the index"});
+  expect_error(
+      [&] { ShardedSafetensors(write_index(R"({"weight_map": {"a": "missing.safetensors"}})")); },
+      {"missing.safetensors", "cannot open"});
+  expect_error([&] { ShardedSafetensors(write_index(R"({"metadata": {}})")); }, {"weight_map"});
+}
+
+TEST(Safetensors, OtherDtypesParseAndOnlyFloatsConvert) {
+  const auto path = std::filesystem::temp_directory_path() / "headlight_i64.safetensors";
+  const auto bytes = file_bytes(R"({"ids":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8);
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const SafetensorsFile f(path.string());
+  float x;
+  expect_error([&] { f.read_f32("ids", &x); }, {"\"ids\"", "I64", "does not read as float32"});
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 // the data), plus an optional "__metadata__" object of string → string.
 //
 // The reader memory-maps the file and validates it before anything is read: N ≤ 100 MB and within
-// the file; the header is UTF-8 JSON, an object; dtypes F32, F16 or BF16; shapes × dtype sizes
+// the file; the header is UTF-8 JSON, an object; dtypes of the format (F64, F32, F16, BF16, F8_*,
+// I64 … I8, U64 … U8, BOOL; read_f32 converts the floating ones); shapes × dtype sizes
 // computed with overflow checks and equal to end − begin; in header order the offsets start at 0
 // and are contiguous (no overlap, no gap, none out of order) and end exactly at the end of the
 // file; no duplicate names. Each failure throws headlight::Error with its specific reason.
@@ -30,7 +31,7 @@ class MappedFile;  // src/io/mapped_file.h
 
 struct SafetensorsEntry {
   std::string name;
-  std::string dtype;  // "F32", "F16" or "BF16"
+  std::string dtype;  // "F32", "F16", "BF16", "I64", …
   Shape shape;
   uint64_t begin = 0;  // byte offsets into the data section
   uint64_t end = 0;
@@ -66,6 +67,30 @@ class SafetensorsFile : public TensorSource {
   std::string path_;
   std::unique_ptr<MappedFile> file_;
   SafetensorsIndex index_;
+};
+
+// The weights of a Hugging Face checkpoint split into shards: `model.safetensors.index.json`, whose
+// "weight_map" names the shard of every tensor (plain file names beside the index; each shard a
+// validated SafetensorsFile, opened once). Every tensor must be in the shard the map names; a name,
+// a shard or a field that is not so is an Error naming the index file.
+class ShardedSafetensors : public TensorSource {
+ public:
+  explicit ShardedSafetensors(const std::string& index_path);
+  ~ShardedSafetensors() override;
+  std::vector<std::string> names() const override;
+  bool contains(const std::string& name) const override;
+  Shape shape(const std::string& name) const override;
+  void read_f32(const std::string& name, float* dst) const override;
+  // The index's "metadata" entries that are strings (total_size is given as its decimal text).
+  std::optional<std::string> metadata(const std::string& key) const override;
+
+ private:
+  const SafetensorsFile& shard_of(const std::string& name) const;
+  std::string path_;
+  std::vector<std::unique_ptr<SafetensorsFile>> shards_;
+  std::map<std::string, size_t> shard_by_tensor_;  // tensor → index into shards_
+  std::vector<std::string> names_;                 // in the map's order
+  std::map<std::string, std::string> metadata_;
 };
 
 struct TensorToWrite {
