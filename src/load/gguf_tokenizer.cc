@@ -42,29 +42,6 @@ std::vector<std::string> strings(const io::GgufFile& f, const std::string& key) 
   return out;
 }
 
-// Whether every character of `token` is one of GPT-2's byte-level characters (U+0021–U+007E,
-// U+00A1–U+00AC, U+00AE–U+00FF, U+0100–U+0143).
-bool byte_level_spelling(const std::string& token) {
-  size_t i = 0;
-  while (i < token.size()) {
-    const auto b = static_cast<unsigned char>(token[i]);
-    uint32_t c;
-    if (b < 0x80) {
-      c = b;
-      i += 1;
-    } else if ((b & 0xE0) == 0xC0 && i + 1 < token.size()) {
-      c = ((b & 0x1Fu) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3Fu);
-      i += 2;
-    } else {
-      return false;
-    }
-    const bool ok = (c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) ||
-                    (c >= 0xAE && c <= 0xFF) || (c >= 0x100 && c <= 0x143);
-    if (!ok) return false;
-  }
-  return true;
-}
-
 }  // namespace
 
 model::ByteLevelBpeTokenizer tokenizer_from_gguf(const io::GgufFile& f) {
@@ -94,7 +71,7 @@ model::ByteLevelBpeTokenizer tokenizer_from_gguf(const io::GgufFile& f) {
           spec.tokens.size());
     for (size_t id = 0; id < spec.tokens.size(); ++id) {
       const int64_t t = types->items[id].as_int("tokenizer.ggml.token_type");
-      if (t == 3 && byte_level_spelling(spec.tokens[id]))  // control
+      if (t == 3 && model::ByteLevelBpeTokenizer::byte_level_spelled(spec.tokens[id]))  // control
         spec.added.push_back({.id = static_cast<int32_t>(id), .special = true});
       else if (t == 4)  // user-defined
         spec.added.push_back({.id = static_cast<int32_t>(id), .special = false});

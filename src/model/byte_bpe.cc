@@ -223,6 +223,13 @@ const std::string& ByteLevelBpeTokenizer::token(int32_t id) const {
   return tokens_[static_cast<size_t>(id)];
 }
 
+bool ByteLevelBpeTokenizer::byte_level_spelled(std::string_view token) {
+  static const std::vector<char32_t> table = byte_to_char();
+  for (char32_t c : unicode::decode(token))
+    if (std::find(table.begin(), table.end(), c) == table.end()) return false;
+  return true;
+}
+
 int32_t ByteLevelBpeTokenizer::id(const std::string& token) const {
   const auto it = ids_.find(token);
   return it == ids_.end() ? -1 : it->second;
