@@ -257,6 +257,7 @@ void bind_multihead_attention(py::module_& m) {
 PYBIND11_MODULE(_headlight, m) {
   bind_gpt(m);
   bind_io(m);
+  bind_load(m);
   m.doc() = "headlight: multi-head attention kernels, a PyTorch-compatible module, head inspection";
   py::register_exception<Error>(m, "HeadlightError", PyExc_ValueError);
 

@@ -5,6 +5,8 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <string>
+
 #include "headlight/attention/head_gates.h"
 #include "headlight/core/tensor.h"
 
@@ -32,5 +34,12 @@ py::array_t<float> gates_to_numpy(const attention::HeadGates& gates, bool grads,
                                   const Shape& shape);
 void set_gates(attention::HeadGates& gates, const py::handle& values, const Shape& shape,
                const char* what);
+
+using TokenArray = py::array_t<int32_t, py::array::c_style | py::array::forcecast>;
+// tokens as a C-contiguous int32 array of 1 or 2 dims → [B, T]; `what` names it in errors.
+TokenArray token_array(const py::handle& obj, const char* what, int64_t& batch, int64_t& seq);
+
+// The bytes of a str (UTF-8) or bytes object.
+std::string text_bytes(const py::object& text);
 
 }  // namespace headlight::python

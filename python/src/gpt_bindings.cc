@@ -30,31 +30,6 @@ struct PyGPT {
       : model(std::move(m)), tokenizer(std::move(t)), ctx(threads) {}
 };
 
-// tokens as a C-contiguous int32 array of 1 or 2 dims → [B, T]; `what` names it in errors.
-py::array_t<int32_t, py::array::c_style | py::array::forcecast> token_array(const py::handle& obj,
-                                                                            const char* what,
-                                                                            int64_t& batch,
-                                                                            int64_t& seq) {
-  py::array raw = py::array::ensure(obj);
-  if (!raw) throw Error(fmt::format("{}: expected an integer array", what));
-  if (raw.dtype().kind() != 'i' && raw.dtype().kind() != 'u')
-    throw Error(fmt::format("{}: expected an integer array, got dtype {}", what,
-                            std::string(py::str(raw.dtype()))));
-  auto arr = py::array_t<int32_t, py::array::c_style | py::array::forcecast>::ensure(raw);
-  if (arr.ndim() == 1) {
-    batch = 1;
-    seq = arr.shape(0);
-  } else if (arr.ndim() == 2) {
-    batch = arr.shape(0);
-    seq = arr.shape(1);
-  } else {
-    std::vector<int64_t> shape(arr.shape(), arr.shape() + arr.ndim());
-    throw Error(
-        fmt::format("{}: expected [batch, seq] or [seq], got shape {}", what, shape_string(shape)));
-  }
-  return arr;
-}
-
 // tokens and targets of the same [B, T] shape.
 std::pair<py::array_t<int32_t, py::array::c_style | py::array::forcecast>,
           py::array_t<int32_t, py::array::c_style | py::array::forcecast>>
@@ -81,12 +56,6 @@ py::dict state_dict(const model::GPT& m, const float* base) {
   for (const auto& e : m.layout().entries())
     out[py::str(e.name)] = copy_to_numpy(base + e.offset, e.shape);
   return out;
-}
-
-// The bytes of a str (UTF-8) or bytes object.
-std::string text_bytes(const py::object& text) {
-  return py::isinstance<py::bytes>(text) ? std::string(py::bytes(text))
-                                         : std::string(py::str(text));
 }
 
 // ---- GPT methods that do more than convert arguments.

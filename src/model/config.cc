@@ -61,6 +61,10 @@ void validate(const GPTConfig& c) {
   check(c.dropout >= 0.0f && c.dropout < 1.0f, "dropout: must be in [0, 1), got {}", c.dropout);
   check(std::isfinite(c.rope_base) && c.rope_base > 1.0f, "rope_base: must be > 1, got {}",
         c.rope_base);
+  check(std::isfinite(c.norm_eps) && c.norm_eps > 0.0f, "norm_eps: must be positive, got {}",
+        c.norm_eps);
+  check(c.mlp_hidden >= 0, "mlp_hidden: must be ≥ 0, got {}", c.mlp_hidden);
+  check(c.type_vocab_size >= 0, "type_vocab_size: must be ≥ 0, got {}", c.type_vocab_size);
   check(c.vocab_size < (int64_t{1} << 31), "vocab_size: {} does not fit 32-bit token ids",
         c.vocab_size);
   if (!c.layer_heads.empty() || !c.layer_kv_heads.empty()) {
@@ -101,6 +105,15 @@ std::string to_json(const GPTConfig& c) {
   j["dropout"] = c.dropout;
   j["mlp_ratio"] = c.mlp_ratio;
   j["rope_base"] = c.rope_base;
+  // Keys added since the first checkpoints are written only when they differ from the default, so
+  // that a model of the original kind keeps its exact metadata.
+  const GPTConfig defaults;
+  if (c.norm_eps != defaults.norm_eps) j["norm_eps"] = c.norm_eps;
+  if (c.activation != defaults.activation) j["activation"] = ops::activation_name(c.activation);
+  if (c.mlp_hidden != defaults.mlp_hidden) j["mlp_hidden"] = c.mlp_hidden;
+  if (c.type_vocab_size != defaults.type_vocab_size) j["type_vocab_size"] = c.type_vocab_size;
+  if (c.embedding_norm != defaults.embedding_norm) j["embedding_norm"] = c.embedding_norm;
+  if (c.lm_head != defaults.lm_head) j["lm_head"] = c.lm_head;
   if (!c.layer_heads.empty()) {
     j["layer_heads"] = c.layer_heads;
     j["layer_kv_heads"] = c.layer_kv_heads;
@@ -147,6 +160,14 @@ GPTConfig config_from_json(const std::string& text) {
   get("dropout", c.dropout, false);
   get("mlp_ratio", c.mlp_ratio, false);
   get("rope_base", c.rope_base, false);
+  get("norm_eps", c.norm_eps, false);
+  std::string activation = ops::activation_name(c.activation);
+  get("activation", activation, false);
+  c.activation = ops::parse_activation(activation);
+  get("mlp_hidden", c.mlp_hidden, false);
+  get("type_vocab_size", c.type_vocab_size, false);
+  get("embedding_norm", c.embedding_norm, false);
+  get("lm_head", c.lm_head, false);
   get("layer_heads", c.layer_heads, false);
   get("layer_kv_heads", c.layer_kv_heads, false);
   validate(c);

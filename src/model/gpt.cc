@@ -44,8 +44,10 @@ GPT::GPT(const GPTConfig& config, uint64_t seed)
   }
 }
 
-GPT::GPT(const TensorSource& source)
-    : config_(config_of(source)),
+GPT::GPT(const TensorSource& source) : GPT(config_of(source), source) {}
+
+GPT::GPT(const GPTConfig& config, const TensorSource& source)
+    : config_(config),
       layout_(config_),
       params_(Tensor::zeros({layout_.total()})),
       grads_(Tensor::zeros({layout_.total()})),
@@ -63,7 +65,7 @@ GPT::GPT(const TensorSource& source)
   }
   for (const std::string& name : source.names())
     check(expected.count(name) == 1, "checkpoint: unexpected tensor \"{}\" for this config{}", name,
-          name == "lm_head.weight" ? " (tied_embeddings is true)" : "");
+          name == "lm_head.weight" ? " (tied_embeddings is true or there is no LM head)" : "");
 }
 
 GPT::GPT(GPT&&) noexcept = default;

@@ -3,7 +3,7 @@
 // scratch buffers of the state.
 //
 // Per block (pre-norm), with dy the gradient of the block's output:
-//   dh = dy;  MLP: dgel = dy'·W_proj, dfc = gelu'(fc)·dgel, dh += ln_2ᵀ(dfc·W_fc)
+//   dh = dy;  MLP: dgel = dy'·W_proj, dfc = act'(fc)·dgel, dh += ln_2ᵀ(dfc·W_fc)
 //   attention: dattg = dh'·W_o, datt = gate·dattg, dgate += Σ dattg·att, dqkv from the fused
 //   backward (RoPE undone on dq, dk), dx = dh + ln_1ᵀ(dqkv·W_qkv)
 // (dy' = dropout of dy with the forward's mask; ln_1ᵀ is the norm's backward.)
@@ -35,7 +35,8 @@ void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x,
 
 }  // namespace
 
-void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptions& options) {
+void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutput,
+                   const ForwardOptions& options) {
   State& s = *state_;
   const GPTConfig& c = config_;
   const Dims d = detail::dims(c, s.batch, s.seq);
@@ -45,21 +46,25 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
   const bool drop = options.train && c.dropout > 0.0f;
   const ops::NormKind nk =
       c.norm == Norm::layernorm ? ops::NormKind::layer_norm : ops::NormKind::rms_norm;
-  const ops::NormShape ns{nk, d.rows, d.C};
+  const ops::NormShape ns{.kind = nk, .rows = d.rows, .cols = d.C, .eps = c.norm_eps};
   const int64_t n = d.rows * d.C;
 
   float* dx = s.dx.get(n);      // gradient of the residual stream at the current point
   float* dres = s.dres.get(n);  // gradient of a residual branch's output
   float* da = s.da.get(n);
-  float* dfc = s.dfc.get(d.rows * d.F);
+  float* dfc = s.dfc.get(d.rows * d.Fi);
+  float* dgel = s.dgel.get(d.rows * d.F);
   float* datt = s.datt.get(d.rows * c.n_head * d.hd);  // room for the widest layer
   float* dqkv = s.dqkv.get(d.rows * (c.n_head + 2 * c.n_kv_head) * d.hd);
 
-  // Logits and the final norm.
+  // Logits (or the hidden states handed out) and the final norm.
   const float* final_in = c.norm_first ? s.lnf.ptr() : s.x[static_cast<size_t>(c.n_layer)].ptr();
   float* dfinal = c.norm_first ? da : dx;
-  linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in,
-               P + off.lm_head, s.dlogits.ptr(), dfinal, false, G + off.lm_head, nullptr);
+  if (c.lm_head)
+    linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in,
+                 P + off.lm_head, doutput, dfinal, false, G + off.lm_head, nullptr);
+  else
+    std::memcpy(dfinal, doutput, sizeof(float) * static_cast<size_t>(n));
   if (c.norm_first)
     ops::norm_backward(ctx, ns, s.x[static_cast<size_t>(c.n_layer)].ptr(), P + off.lnf_w,
                        s.lnf_mean.ptr(), s.lnf_rstd.ptr(), da,
@@ -84,12 +89,13 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
       std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
     }
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream + 1);
-    // dfc = gelu'(fc) ⊙ (dres · W_proj)
+    // dfc = act'(fc) ⊙ (dres · W_proj)
     linear_grads(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, a.gel.ptr(),
-                 P + o.fc_proj_w, dres, dfc, false, G + o.fc_proj_w, maybe(G, o.fc_proj_b));
-    ops::gelu_backward(ctx, d.rows * d.F, a.fc.ptr(), dfc, dfc);
+                 P + o.fc_proj_w, dres, dgel, false, G + o.fc_proj_w, maybe(G, o.fc_proj_b));
+    ops::activation_backward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, a.fc.ptr(),
+                             dgel, dfc);
     // Gradient at m_in: da = dfc · W_fc.
-    linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, P + o.fc_w,
+    linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, P + o.fc_w,
                  dfc, da, false, G + o.fc_w, maybe(G, o.fc_b));
     if (c.norm_first) {
       ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), da,
@@ -134,8 +140,17 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptio
   }
 
   if (drop) detail::dropout(ctx, dx, n, c.dropout, options.seed, 0);
-  ops::embedding_backward(ctx, {d.rows, d.C, d.V, d.T}, tokens, dx, G + off.wte,
+  float* demb = dx;  // gradient of the summed embeddings
+  if (c.embedding_norm) {
+    ops::norm_backward(ctx, ns, s.emb.ptr(), P + off.lne_w, s.lne_mean.ptr(), s.lne_rstd.ptr(), dx,
+                       {da, false, G + off.lne_w, maybe(G, off.lne_b)});
+    demb = da;
+  }
+  ops::embedding_backward(ctx, {d.rows, d.C, d.V, d.T}, tokens, demb, G + off.wte,
                           c.positional == Positional::learned ? G + off.wpe : nullptr);
+  if (c.type_vocab_size > 0)
+    ops::embedding_backward(ctx, {d.rows, d.C, c.type_vocab_size, d.T}, s.types.data(), demb,
+                            G + off.wtt, nullptr);
 }
 
 }  // namespace headlight::model

@@ -12,7 +12,7 @@
 namespace headlight::model::detail {
 
 struct Dims {
-  int64_t B, T, rows, C, H, G, hd, W, F, V;
+  int64_t B, T, rows, C, H, G, hd, W, F, Fi, V;  // Fi: c_fc's output width (2F for SwiGLU)
 };
 // Sizes of layer `layer` (its head counts after any pruning).
 inline Dims dims(const GPTConfig& c, int64_t batch, int64_t seq, int64_t layer = 0) {
@@ -25,6 +25,7 @@ inline Dims dims(const GPTConfig& c, int64_t batch, int64_t seq, int64_t layer =
           .hd = c.head_dim(),
           .W = c.qkv_width(layer),
           .F = c.mlp_width(),
+          .Fi = c.fc_width(),
           .V = c.vocab_size};
 }
 
@@ -42,11 +43,17 @@ void dropout(ThreadContext& ctx, float* x, int64_t n, float p, uint64_t seed, ui
 // out[i] = a[i] + b[i] (out may alias a or b).
 void add(ThreadContext& ctx, int64_t n, const float* a, const float* b, float* out);
 
+// x[rows, C] += wtt[types[r], :] (token-type embeddings); throws naming token_types on a type
+// outside [0, type_vocab_size).
+void add_type_embeddings(ThreadContext& ctx, const GPTConfig& c, const Dims& d,
+                         const int32_t* types, const float* wtt, float* x);
+
 // The seed of layer l's attention-probability dropout for a step seed.
 uint64_t attention_dropout_seed(uint64_t seed, int64_t layer);
 
 // Appends the keys and values of qkv (one sequence of d.T rows at positions pos0…) to a layer's
-// cache [G, block_size, hd] and points p's keys and values at the cache (bottom-right aligned).
+// cache [positions, G, hd] (grown as needed, up to block_size positions) and points p's keys and
+// values at the cache (bottom-right aligned).
 void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, Buffer& k,
                Buffer& v, attention::AttentionParams& p);
 

@@ -1,9 +1,11 @@
 // GPT forward: embeddings, blocks (attention through the fused kernels, MLP), final norm, logits.
 // See headlight/model/gpt.h for the block equations.
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/ops/layers.h"
 #include "headlight/ops/matmul.h"
@@ -79,6 +81,21 @@ void add(ThreadContext& ctx, int64_t n, const float* a, const float* b, float* o
   });
 }
 
+void add_type_embeddings(ThreadContext& ctx, const GPTConfig& c, const Dims& d,
+                         const int32_t* types, const float* wtt, float* x) {
+  for (int64_t r = 0; r < d.rows; ++r)
+    check(types[r] >= 0 && types[r] < c.type_vocab_size,
+          "token_types: type {} at index {} is outside [0, type_vocab_size {})", types[r], r,
+          c.type_vocab_size);
+  ctx.parallel_for(d.rows, [&](Range range, int) {
+    for (int64_t r = range.begin; r < range.end; ++r) {
+      const float* t = wtt + types[r] * d.C;
+      float* row = x + r * d.C;
+      for (int64_t j = 0; j < d.C; ++j) row[j] += t[j];
+    }
+  });
+}
+
 uint64_t attention_dropout_seed(uint64_t seed, int64_t layer) {
   return philox4x32(seed, 0xA77E, static_cast<uint64_t>(layer))[0] |
          (static_cast<uint64_t>(philox4x32(seed, 0xA77E, static_cast<uint64_t>(layer))[1]) << 32);
@@ -94,20 +111,26 @@ void ensure_tables(const GPTConfig& c, GPT::State& s) {
 
 void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, Buffer& k,
                Buffer& v, attention::AttentionParams& p) {
-  const int64_t block = c.block_size;
-  float* kc = k.get(d.G * block * d.hd);
-  float* vc = v.get(d.G * block * d.hd);
-  for (int64_t r = 0; r < d.T; ++r)
-    for (int64_t g = 0; g < d.G; ++g) {
-      std::memcpy(kc + (g * block + pos0 + r) * d.hd, qkv + r * d.W + (d.H + g) * d.hd,
-                  sizeof(float) * static_cast<size_t>(d.hd));
-      std::memcpy(vc + (g * block + pos0 + r) * d.hd, qkv + r * d.W + (d.H + d.G + g) * d.hd,
-                  sizeof(float) * static_cast<size_t>(d.hd));
-    }
+  // Position-major [positions, G, hd], so that the cache grows (doubling, up to block_size
+  // positions) without moving what it holds.
+  const int64_t row = d.G * d.hd, need = (pos0 + d.T) * row;
+  if (k.data.numel() < need) {
+    const int64_t grown = std::min(c.block_size * row, std::max(need, 2 * k.data.numel()));
+    k.get(std::max(grown, need));
+    v.get(std::max(grown, need));
+  }
+  float* kc = k.ptr();
+  float* vc = v.ptr();
+  for (int64_t r = 0; r < d.T; ++r) {
+    std::memcpy(kc + (pos0 + r) * row, qkv + r * d.W + d.H * d.hd,
+                sizeof(float) * static_cast<size_t>(row));
+    std::memcpy(vc + (pos0 + r) * row, qkv + r * d.W + (d.H + d.G) * d.hd,
+                sizeof(float) * static_cast<size_t>(row));
+  }
   p.shape.len_kv = pos0 + d.T;
   p.options.alignment = attention::Alignment::bottom_right;
-  p.k = {.data = kc, .batch_stride = 0, .head_stride = block * d.hd, .row_stride = d.hd};
-  p.v = {.data = vc, .batch_stride = 0, .head_stride = block * d.hd, .row_stride = d.hd};
+  p.k = {.data = kc, .batch_stride = 0, .head_stride = d.hd, .row_stride = row};
+  p.v = {.data = vc, .batch_stride = 0, .head_stride = d.hd, .row_stride = row};
 }
 
 }  // namespace detail
@@ -142,7 +165,7 @@ const float* GPT::decode(ThreadContext& ctx, const int32_t* tokens, int64_t coun
   options.kernel = kernel;
   const float* logits = run(ctx, tokens, 1, count, state_->cache_len, true, options);
   state_->cache_len += count;
-  return logits + (count - 1) * config_.vocab_size;
+  return logits + (count - 1) * config_.output_width();
 }
 
 const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
@@ -156,13 +179,14 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   const bool drop = options.train && c.dropout > 0.0f;
   const ops::NormKind nk =
       c.norm == Norm::layernorm ? ops::NormKind::layer_norm : ops::NormKind::rms_norm;
-  const ops::NormShape ns{nk, d.rows, d.C};
+  const ops::NormShape ns{.kind = nk, .rows = d.rows, .cols = d.C, .eps = c.norm_eps};
   s.batch = batch;
   s.seq = seq;
   s.x.resize(static_cast<size_t>(c.n_layer + 1));
   s.blocks.resize(static_cast<size_t>(c.n_layer));
 
   float* x0 = s.x[0].get(d.rows * d.C);
+  float* emb = c.embedding_norm ? s.emb.get(d.rows * d.C) : x0;  // the summed embeddings
   const float* pos = c.positional == Positional::learned      ? P + off.wpe + pos0 * d.C
                      : c.positional == Positional::sinusoidal ? s.sinusoidal.data() + pos0 * d.C
                                                               : nullptr;
@@ -170,7 +194,15 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     s.cache_k.resize(static_cast<size_t>(c.n_layer));
     s.cache_v.resize(static_cast<size_t>(c.n_layer));
   }
-  ops::embedding_forward(ctx, {d.rows, d.C, d.V, d.T}, tokens, P + off.wte, pos, x0);
+  ops::embedding_forward(ctx, {d.rows, d.C, d.V, d.T}, tokens, P + off.wte, pos, emb);
+  if (c.type_vocab_size > 0) {
+    s.types.assign(static_cast<size_t>(d.rows), 0);
+    if (options.token_types) s.types.assign(options.token_types, options.token_types + d.rows);
+    detail::add_type_embeddings(ctx, c, d, s.types.data(), P + off.wtt, emb);
+  }
+  if (c.embedding_norm)
+    ops::norm_forward(ctx, ns, emb, P + off.lne_w, maybe(P, off.lne_b), x0, s.lne_mean.get(d.rows),
+                      s.lne_rstd.get(d.rows));
   if (drop) detail::dropout(ctx, x0, d.rows * d.C, c.dropout, options.seed, 0);
 
   float* branch = s.dres.get(d.rows * d.C);  // a residual branch's output before it is added
@@ -227,11 +259,11 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
                         a.ln1_mean.get(d.rows), a.ln1_rstd.get(d.rows));
       m_in = a.ln1.ptr();
     }
-    float* fc = a.fc.get(d.rows * d.F);
+    float* fc = a.fc.get(d.rows * d.Fi);
     float* gel = a.gel.get(d.rows * d.F);
-    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C,
-                        P + o.fc_w, maybe(P, o.fc_b), fc, d.F);
-    ops::gelu_forward(ctx, d.rows * d.F, fc, gel);
+    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, d.C,
+                        P + o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
+    ops::activation_forward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, fc, gel);
     ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, gel, d.F,
                         P + o.fc_proj_w, maybe(P, o.fc_proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream + 1);
@@ -251,6 +283,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
                       s.lnf.get(d.rows * d.C), s.lnf_mean.get(d.rows), s.lnf_rstd.get(d.rows));
     final_in = s.lnf.ptr();
   }
+  if (!c.lm_head) return final_in;
   float* logits = s.logits.get(d.rows * d.V);
   ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in, d.C,
                       P + off.lm_head, nullptr, logits, d.V);
@@ -259,18 +292,22 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
 
 double GPT::loss(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets, int64_t batch,
                  int64_t seq, const ForwardOptions& options) {
+  check(config_.lm_head, "loss: the model has no LM head (an encoder's hidden states)");
   const float* logits = forward(ctx, tokens, batch, seq, options);
   return ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, logits, targets, nullptr);
 }
 
 double GPT::forward_backward(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets,
                              int64_t batch, int64_t seq, const ForwardOptions& options) {
+  check(config_.lm_head,
+        "forward_backward: the model has no LM head (an encoder's hidden states); use backward() "
+        "with a gradient of the hidden states");
   forward(ctx, tokens, batch, seq, options);
   State& s = *state_;
   float* dlogits = s.dlogits.get(batch * seq * config_.vocab_size);
   const double loss =
       ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, s.logits.ptr(), targets, dlogits);
-  backward(ctx, tokens, options);
+  backward(ctx, tokens, dlogits, options);
   return loss;
 }
 

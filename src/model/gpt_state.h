@@ -40,22 +40,24 @@ struct BlockActivations {
   Buffer lse;                      // [B, H, T]
   Buffer h;                        // [rows, C] x + attn (pre-norm: the residual after attention)
   Buffer ln2, ln2_mean, ln2_rstd;  // [rows, C], [rows], [rows]
-  Buffer fc, gel;                  // [rows, F] before and after the GELU
+  Buffer fc, gel;                  // [rows, Fi] before and [rows, F] after the activation
   Buffer h2;                       // [rows, C] post-norm only: h + mlp before ln_2
 };
 
 struct GPT::State {
-  int64_t batch = 0, seq = 0;  // shape of the last forward
-  std::vector<Buffer> x;       // [n_layer + 1] residual stream, [rows, C] each
+  int64_t batch = 0, seq = 0;      // shape of the last forward
+  std::vector<Buffer> x;           // [n_layer + 1] residual stream, [rows, C] each
+  Buffer emb, lne_mean, lne_rstd;  // embedding_norm: the summed embeddings before ln_e, its stats
+  std::vector<int32_t> types;      // [rows] token types of the last forward (type_vocab_size > 0)
   std::vector<BlockActivations> blocks;
   Buffer lnf, lnf_mean, lnf_rstd;  // final norm (pre-norm only)
-  Buffer logits;                   // [rows, V]
+  Buffer logits;                   // [rows, V] (with an LM head)
   // Gradients of activations (backward scratch).
-  Buffer dlogits, dx, dres, da, dfc, datt, dqkv;
+  Buffer dlogits, dx, dres, da, dfc, dgel, datt, dqkv;
   std::vector<float> sinusoidal;  // [block_size, C]
   RopeTable rope;
   std::vector<float> alibi;  // [n_head]
-  // KV cache: per layer [n_kv_head, block_size, hd] keys and values (after RoPE).
+  // KV cache: per layer [positions, n_kv_head, hd] keys and values (after RoPE).
   std::vector<Buffer> cache_k, cache_v;
   int64_t cache_len = 0;
 };

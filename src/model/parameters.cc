@@ -12,6 +12,11 @@ ParameterLayout::ParameterLayout(const GPTConfig& c) {
   const bool ln_bias = c.bias && c.norm == Norm::layernorm;
   add("transformer.wte.weight", {V, C}, false);
   if (c.positional == Positional::learned) add("transformer.wpe.weight", {c.block_size, C}, false);
+  if (c.type_vocab_size > 0) add("transformer.wtt.weight", {c.type_vocab_size, C}, false);
+  if (c.embedding_norm) {
+    add("transformer.ln_e.weight", {C}, false);
+    if (ln_bias) add("transformer.ln_e.bias", {C}, false);
+  }
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("transformer.h.{}.", i);
     add(p + "ln_1.weight", {C}, false);
@@ -22,8 +27,8 @@ ParameterLayout::ParameterLayout(const GPTConfig& c) {
     if (c.bias) add(p + "attn.c_proj.bias", {C}, false);
     add(p + "ln_2.weight", {C}, false);
     if (ln_bias) add(p + "ln_2.bias", {C}, false);
-    add(p + "mlp.c_fc.weight", {c.mlp_width(), C}, true);
-    if (c.bias) add(p + "mlp.c_fc.bias", {c.mlp_width()}, false);
+    add(p + "mlp.c_fc.weight", {c.fc_width(), C}, true);
+    if (c.bias) add(p + "mlp.c_fc.bias", {c.fc_width()}, false);
     add(p + "mlp.c_proj.weight", {C, c.mlp_width()}, true);
     if (c.bias) add(p + "mlp.c_proj.bias", {C}, false);
   }
@@ -31,7 +36,7 @@ ParameterLayout::ParameterLayout(const GPTConfig& c) {
     add("transformer.ln_f.weight", {C}, false);
     if (ln_bias) add("transformer.ln_f.bias", {C}, false);
   }
-  if (!c.tied_embeddings) add("lm_head.weight", {V, C}, true);
+  if (c.lm_head && !c.tied_embeddings) add("lm_head.weight", {V, C}, true);
 }
 
 void ParameterLayout::add(std::string name, Shape shape, bool decay) {
@@ -62,9 +67,12 @@ ModelOffsets model_offsets(const GPTConfig& c, const ParameterLayout& layout) {
   ModelOffsets m;
   m.wte = off("transformer.wte.weight");
   m.wpe = off("transformer.wpe.weight");
+  m.wtt = off("transformer.wtt.weight");
+  m.lne_w = off("transformer.ln_e.weight");
+  m.lne_b = off("transformer.ln_e.bias");
   m.lnf_w = off("transformer.ln_f.weight");
   m.lnf_b = off("transformer.ln_f.bias");
-  m.lm_head = c.tied_embeddings ? m.wte : off("lm_head.weight");
+  m.lm_head = !c.lm_head ? -1 : c.tied_embeddings ? m.wte : off("lm_head.weight");
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = fmt::format("transformer.h.{}.", i);
     BlockOffsets b;

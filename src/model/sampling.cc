@@ -63,6 +63,7 @@ std::vector<int32_t> generate(ThreadContext& ctx, GPT& model, std::span<const in
   validate(o);
   check(!prompt.empty(), "prompt: needs at least one token");
   check(max_new_tokens >= 0, "max_new_tokens: must be ≥ 0, got {}", max_new_tokens);
+  check(model.config().lm_head, "generate: the model has no LM head (an encoder)");
   const int64_t block = model.config().block_size;
   const int64_t vocab = model.config().vocab_size;
   std::vector<int32_t> context(prompt.begin(), prompt.end());
@@ -78,7 +79,9 @@ std::vector<int32_t> generate(ThreadContext& ctx, GPT& model, std::span<const in
     produced.push_back(next);
     context.push_back(next);
     if (on_token) on_token(next);
-    if (step + 1 == max_new_tokens) break;
+    if (step + 1 == max_new_tokens ||
+        std::find(o.stop_tokens.begin(), o.stop_tokens.end(), next) != o.stop_tokens.end())
+      break;
     if (model.cache_length() < block) {
       logits = model.decode(ctx, &next, 1);
     } else {

@@ -1,5 +1,6 @@
-// Per-target SIMD loops of layers.cc: the tanh-form GELU and its derivative, and a row's
-// log-sum-exp with its softmax. Each has a scalar tail for the last n mod lanes elements.
+// Per-target SIMD loops of layers.cc: the activations (GELU in tanh and erf form, SwiGLU) and
+// their derivatives, a norm's row, and a row's log-sum-exp with its softmax. Each has a scalar tail
+// for the last n mod lanes elements.
 
 #if defined(HEADLIGHT_OPS_LAYERS_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef HEADLIGHT_OPS_LAYERS_INL_H_
@@ -64,6 +65,97 @@ inline void GeluBackward(const float* HWY_RESTRICT x, const float* dy, float* dx
     hn::StoreU(hn::Mul(g, hn::LoadU(d, dy + i)), d, dx + i);
   }
   for (; i < n; ++i) dx[i] = GeluGradScalar(x[i]) * dy[i];
+}
+
+// erf(x) by Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7): with t = 1/(1 + p|x|),
+// erf(|x|) = 1 − t(a1 + t(a2 + t(a3 + t(a4 + t·a5))))·e^(−x²), the sign restored after.
+template <class D, class V>
+HWY_INLINE V ErfApprox(D d, V x) {
+  const auto ax = hn::Abs(x);
+  const auto t =
+      hn::Div(hn::Set(d, 1.0f), hn::MulAdd(hn::Set(d, 0.3275911f), ax, hn::Set(d, 1.0f)));
+  auto poly = hn::Set(d, 1.061405429f);
+  poly = hn::MulAdd(poly, t, hn::Set(d, -1.453152027f));
+  poly = hn::MulAdd(poly, t, hn::Set(d, 1.421413741f));
+  poly = hn::MulAdd(poly, t, hn::Set(d, -0.284496736f));
+  poly = hn::MulAdd(poly, t, hn::Set(d, 0.254829592f));
+  poly = hn::Mul(poly, t);
+  const auto e = hn::Exp(d, hn::Neg(hn::Mul(ax, ax)));
+  const auto r = hn::NegMulAdd(poly, e, hn::Set(d, 1.0f));
+  return hn::CopySign(r, x);
+}
+
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+// GELU in its exact form, y = ½x(1 + erf(x/√2)) (BERT's "gelu").
+inline void GeluErfForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f), s = hn::Set(d, kInvSqrt2);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(d, x + i);
+    hn::StoreU(hn::Mul(hn::Mul(half, v), hn::Add(one, ErfApprox(d, hn::Mul(v, s)))), d, y + i);
+  }
+  for (; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+}
+
+// d/dx ½x(1 + erf(x/√2)) = ½(1 + erf(x/√2)) + x·φ(x), φ the standard normal density.
+inline void GeluErfBackward(const float* HWY_RESTRICT x, const float* dy, float* dx, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f), s = hn::Set(d, kInvSqrt2);
+  const auto c = hn::Set(d, kInvSqrt2Pi), mhalf = hn::Set(d, -0.5f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(d, x + i);
+    const auto cdf = hn::Mul(half, hn::Add(one, ErfApprox(d, hn::Mul(v, s))));
+    const auto pdf = hn::Mul(c, hn::Exp(d, hn::Mul(mhalf, hn::Mul(v, v))));
+    hn::StoreU(hn::Mul(hn::MulAdd(v, pdf, cdf), hn::LoadU(d, dy + i)), d, dx + i);
+  }
+  for (; i < n; ++i) {
+    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
+    dx[i] = (cdf + x[i] * pdf) * dy[i];
+  }
+}
+
+// SwiGLU over one row: y[j] = silu(gate[j])·up[j], silu(g) = g·σ(g).
+inline void SwigluForward(const float* HWY_RESTRICT gate, const float* HWY_RESTRICT up,
+                          float* HWY_RESTRICT y, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto g = hn::LoadU(d, gate + i);
+    const auto sig = hn::Div(one, hn::Add(one, hn::Exp(d, hn::Neg(g))));
+    hn::StoreU(hn::Mul(hn::Mul(g, sig), hn::LoadU(d, up + i)), d, y + i);
+  }
+  for (; i < n; ++i) y[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+}
+
+// Its gradients: dgate = dy·up·σ(g)(1 + g(1 − σ(g))), dup = dy·silu(g).
+inline void SwigluBackward(const float* HWY_RESTRICT gate, const float* HWY_RESTRICT up,
+                           const float* HWY_RESTRICT dy, float* HWY_RESTRICT dgate,
+                           float* HWY_RESTRICT dup, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  const auto one = hn::Set(d, 1.0f);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto g = hn::LoadU(d, gate + i), u = hn::LoadU(d, up + i), dv = hn::LoadU(d, dy + i);
+    const auto sig = hn::Div(one, hn::Add(one, hn::Exp(d, hn::Neg(g))));
+    const auto dsilu = hn::Mul(sig, hn::MulAdd(g, hn::Sub(one, sig), one));
+    hn::StoreU(hn::Mul(hn::Mul(dv, u), dsilu), d, dgate + i);
+    hn::StoreU(hn::Mul(dv, hn::Mul(g, sig)), d, dup + i);
+  }
+  for (; i < n; ++i) {
+    const float sig = 1.0f / (1.0f + std::exp(-gate[i]));
+    dgate[i] = dy[i] * up[i] * sig * (1.0f + gate[i] * (1.0f - sig));
+    dup[i] = dy[i] * gate[i] * sig;
+  }
 }
 
 // One row of a norm (layer: subtract the mean; RMS: no mean): y = (x − μ)·rstd·w + b (b may be

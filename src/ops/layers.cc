@@ -19,6 +19,19 @@ void GeluForwardDispatch(const float* x, float* y, int64_t n) {
 void GeluBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n) {
   GeluBackward(x, dy, dx, n);
 }
+void GeluErfForwardDispatch(const float* x, float* y, int64_t n) {
+  GeluErfForward(x, y, n);
+}
+void GeluErfBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n) {
+  GeluErfBackward(x, dy, dx, n);
+}
+void SwigluForwardDispatch(const float* gate, const float* up, float* y, int64_t n) {
+  SwigluForward(gate, up, y, n);
+}
+void SwigluBackwardDispatch(const float* gate, const float* up, const float* dy, float* dgate,
+                            float* dup, int64_t n) {
+  SwigluBackward(gate, up, dy, dgate, dup, n);
+}
 float RowLogSumExpDispatch(const float* x, int64_t n, float* p) {
   return RowLogSumExp(x, n, p);
 }
@@ -49,6 +62,10 @@ namespace headlight {
 
 HWY_EXPORT(GeluForwardDispatch);
 HWY_EXPORT(GeluBackwardDispatch);
+HWY_EXPORT(GeluErfForwardDispatch);
+HWY_EXPORT(GeluErfBackwardDispatch);
+HWY_EXPORT(SwigluForwardDispatch);
+HWY_EXPORT(SwigluBackwardDispatch);
 HWY_EXPORT(RowLogSumExpDispatch);
 HWY_EXPORT(NormRowDispatch);
 HWY_EXPORT(NormRowBackwardDispatch);
@@ -57,7 +74,7 @@ namespace ops {
 namespace {
 
 constexpr int64_t kChunkRows = 32;       // rows per partial sum of a reduction over rows
-constexpr int64_t kElementBlock = 4096;  // elements per parallel item of the GELU
+constexpr int64_t kElementBlock = 4096;  // elements per parallel item of an activation
 
 int64_t chunks(int64_t rows) {
   return (rows + kChunkRows - 1) / kChunkRows;
@@ -106,28 +123,85 @@ void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const
       std::memset(pb, 0, sizeof(float) * static_cast<size_t>(s.cols));
     }
     const int64_t end = std::min(s.rows, (chunk + 1) * kChunkRows);
-    for (int64_t r = chunk * kChunkRows; r < end; ++r)
-      HWY_DYNAMIC_DISPATCH(NormRowBackwardDispatch)
-      (x + r * s.cols, weight, dy + r * s.cols, center ? mean[r] : 0.0f, rstd[r], s.cols, center,
-       g.dx ? g.dx + r * s.cols : nullptr, g.accumulate, pw, pb);
+    for (int64_t r = chunk * kChunkRows; r < end; ++r) HWY_DYNAMIC_DISPATCH(NormRowBackwardDispatch)
+    (x + r * s.cols, weight, dy + r * s.cols, center ? mean[r] : 0.0f, rstd[r], s.cols, center,
+     g.dx ? g.dx + r * s.cols : nullptr, g.accumulate, pw, pb);
   });
   if (g.dweight) add_partials(ctx, partial, n, s.cols, g.dweight);
   if (g.dbias) add_partials(ctx, partial + n * s.cols, n, s.cols, g.dbias);
 }
 
-void gelu_forward(ThreadContext& ctx, int64_t n, const float* x, float* y) {
+const char* activation_name(Activation a) {
+  switch (a) {
+    case Activation::gelu_tanh:
+      return "gelu_tanh";
+    case Activation::gelu_erf:
+      return "gelu";
+    case Activation::relu:
+      return "relu";
+    case Activation::swiglu:
+      return "swiglu";
+  }
+  return "?";
+}
+
+Activation parse_activation(const std::string& name) {
+  for (Activation a :
+       {Activation::gelu_tanh, Activation::gelu_erf, Activation::relu, Activation::swiglu})
+    if (name == activation_name(a)) return a;
+  fail("activation: expected gelu_tanh, gelu, relu or swiglu, got \"{}\"", name);
+}
+
+void activation_forward(ThreadContext& ctx, const ActivationShape& s, const float* in, float* out) {
+  const int64_t F = s.width;
+  if (s.kind == Activation::swiglu) {
+    ctx.parallel_for(s.rows, [&](Range r, int) {
+      for (int64_t i = r.begin; i < r.end; ++i)
+        HWY_DYNAMIC_DISPATCH(SwigluForwardDispatch)
+        (in + i * 2 * F, in + i * 2 * F + F, out + i * F, F);
+    });
+    return;
+  }
+  const int64_t n = s.rows * F;
   ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
-    const int64_t begin = b * kElementBlock;
-    HWY_DYNAMIC_DISPATCH(GeluForwardDispatch)
-    (x + begin, y + begin, std::min(kElementBlock, n - begin));
+    const int64_t begin = b * kElementBlock, len = std::min(kElementBlock, n - begin);
+    switch (s.kind) {
+      case Activation::gelu_tanh:
+        HWY_DYNAMIC_DISPATCH(GeluForwardDispatch)(in + begin, out + begin, len);
+        break;
+      case Activation::gelu_erf:
+        HWY_DYNAMIC_DISPATCH(GeluErfForwardDispatch)(in + begin, out + begin, len);
+        break;
+      default:
+        for (int64_t i = begin; i < begin + len; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
+    }
   });
 }
 
-void gelu_backward(ThreadContext& ctx, int64_t n, const float* x, const float* dy, float* dx) {
+void activation_backward(ThreadContext& ctx, const ActivationShape& s, const float* in,
+                         const float* dout, float* din) {
+  const int64_t F = s.width;
+  if (s.kind == Activation::swiglu) {
+    ctx.parallel_for(s.rows, [&](Range r, int) {
+      for (int64_t i = r.begin; i < r.end; ++i)
+        HWY_DYNAMIC_DISPATCH(SwigluBackwardDispatch)
+        (in + i * 2 * F, in + i * 2 * F + F, dout + i * F, din + i * 2 * F, din + i * 2 * F + F, F);
+    });
+    return;
+  }
+  const int64_t n = s.rows * F;
   ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
-    const int64_t begin = b * kElementBlock;
-    HWY_DYNAMIC_DISPATCH(GeluBackwardDispatch)
-    (x + begin, dy + begin, dx + begin, std::min(kElementBlock, n - begin));
+    const int64_t begin = b * kElementBlock, len = std::min(kElementBlock, n - begin);
+    switch (s.kind) {
+      case Activation::gelu_tanh:
+        HWY_DYNAMIC_DISPATCH(GeluBackwardDispatch)(in + begin, dout + begin, din + begin, len);
+        break;
+      case Activation::gelu_erf:
+        HWY_DYNAMIC_DISPATCH(GeluErfBackwardDispatch)(in + begin, dout + begin, din + begin, len);
+        break;
+      default:
+        for (int64_t i = begin; i < begin + len; ++i) din[i] = in[i] > 0.0f ? dout[i] : 0.0f;
+    }
   });
 }
 

@@ -88,22 +88,56 @@ TEST_P(NormTest, ForwardAndBackwardMatchDoubleAndFiniteDifferences) {
 INSTANTIATE_TEST_SUITE_P(Kinds, NormTest,
                          ::testing::Values(NormKind::layer_norm, NormKind::rms_norm));
 
-TEST(Gelu, MatchesTheTanhFormulaAndItsDerivative) {
-  const int64_t n = 1000 + 7;  // a tail past the vector length
-  std::vector<float> x(n), y(n), dy(n, 1.0f), dx(n);
-  for (int64_t i = 0; i < n; ++i) x[i] = -8.0f + 16.0f * static_cast<float>(i) / n;
+// Every activation against its formula in double, and its backward against central differences
+// of that formula (for SwiGLU, in the gate and in the up half).
+class ActivationTest : public ::testing::TestWithParam<Activation> {};
+
+TEST_P(ActivationTest, MatchesItsFormulaAndItsDerivative) {
+  const Activation kind = GetParam();
+  const int64_t rows = 3, F = 337;  // a tail past the vector length
+  const ActivationShape s{.kind = kind, .rows = rows, .width = F};
+  const int64_t in_w = s.input_width();
+  std::vector<float> x(rows * in_w), y(rows * F), dy(rows * F), dx(rows * in_w);
+  for (int64_t i = 0; i < rows * in_w; ++i)
+    x[i] = -8.0f + 16.0f * static_cast<float>((i * 37) % (rows * in_w)) / (rows * in_w);
+  for (int64_t i = 0; i < rows * F; ++i) dy[i] = 0.5f + 0.001f * static_cast<float>(i % 97);
   ThreadContext ctx(2);
-  gelu_forward(ctx, n, x.data(), y.data());
-  gelu_backward(ctx, n, x.data(), dy.data(), dx.data());
-  auto g = [](double v) {
-    return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+  activation_forward(ctx, s, x.data(), y.data());
+  activation_backward(ctx, s, x.data(), dy.data(), dx.data());
+  auto f = [&](double v, double up) {
+    switch (kind) {
+      case Activation::gelu_tanh:
+        return 0.5 * v * (1 + std::tanh(std::sqrt(2 / M_PI) * (v + 0.044715 * v * v * v)));
+      case Activation::gelu_erf:
+        return 0.5 * v * (1 + std::erf(v / std::sqrt(2.0)));
+      case Activation::relu:
+        return v > 0 ? v : 0.0;
+      case Activation::swiglu:
+        return v / (1 + std::exp(-v)) * up;
+    }
+    return 0.0;
   };
-  for (int64_t i = 0; i < n; ++i) {
-    ASSERT_NEAR(y[i], g(x[i]), 2e-6 * std::max(1.0, std::abs(g(x[i])))) << x[i];
-    const double h = 1e-4;
-    ASSERT_NEAR(dx[i], (g(x[i] + h) - g(x[i] - h)) / (2 * h), 1e-4) << x[i];
-  }
+  const double h = 1e-4;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < F; ++j) {
+      const bool glu = kind == Activation::swiglu;
+      const double g = x[r * in_w + j], u = glu ? x[r * in_w + F + j] : 1.0;
+      const double want = f(g, u), d = dy[r * F + j];
+      ASSERT_NEAR(y[r * F + j], want, 3e-6 * std::max(1.0, std::abs(want))) << g;
+      if (kind == Activation::relu && std::abs(g) < h) continue;  // the kink
+      ASSERT_NEAR(dx[r * in_w + j], d * (f(g + h, u) - f(g - h, u)) / (2 * h),
+                  2e-4 * std::max(1.0, std::abs(u)))
+          << g;
+      if (glu) {
+        ASSERT_NEAR(dx[r * in_w + F + j], d * f(g, 1.0), 2e-5 * std::max(1.0, std::abs(g)));
+      }
+    }
 }
+
+INSTANTIATE_TEST_SUITE_P(Kinds, ActivationTest,
+                         ::testing::Values(Activation::gelu_tanh, Activation::gelu_erf,
+                                           Activation::relu, Activation::swiglu),
+                         [](const auto& info) { return std::string(activation_name(info.param)); });
 
 TEST(CrossEntropy, MeanOverCountedRowsAndItsGradient) {
   const int64_t rows = 41, vocab = 67;

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "headlight/ops/layers.h"
+
 namespace headlight::model {
 
 enum class Positional : uint8_t { learned, sinusoidal, rope, alibi, none };
@@ -27,6 +29,13 @@ struct GPTConfig {
   float dropout = 0.0f;
   int64_t mlp_ratio = 4;
   float rope_base = 10000.0f;
+  // The blocks real models differ in (docs/design.md §2; defaults are headlight's own GPT).
+  float norm_eps = 1e-5f;
+  ops::Activation activation = ops::Activation::gelu_tanh;
+  int64_t mlp_hidden = 0;       // the MLP's hidden width; 0: mlp_ratio · n_embd
+  int64_t type_vocab_size = 0;  // > 0: token-type (segment) embeddings, BERT's
+  bool embedding_norm = false;  // a norm of the summed embeddings (BERT's), ln_e
+  bool lm_head = true;          // false: forward returns the final hidden states (an encoder)
   // Heads left in each layer after pruning (empty: n_head and n_kv_head in every layer). A layer
   // may keep 0 heads (its attention branch is then c_proj's bias alone). head_dim stays
   // n_embd / n_head.
@@ -48,7 +57,13 @@ struct GPTConfig {
     for (int64_t l = 0; l < n_layer; ++l) n += heads(l);
     return n;
   }
-  int64_t mlp_width() const { return mlp_ratio * n_embd; }
+  int64_t mlp_width() const { return mlp_hidden > 0 ? mlp_hidden : mlp_ratio * n_embd; }
+  // Width of c_fc's output: the hidden width, twice it for SwiGLU ([gate | up]).
+  int64_t fc_width() const {
+    return activation == ops::Activation::swiglu ? 2 * mlp_width() : mlp_width();
+  }
+  // What forward() returns per position: vocab_size logits, or n_embd hidden states.
+  int64_t output_width() const { return lm_head ? vocab_size : n_embd; }
 };
 
 // Throws headlight::Error naming the field when the config is inconsistent (n_embd not divisible

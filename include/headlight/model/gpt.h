@@ -36,6 +36,8 @@ struct ForwardOptions {
   // set and the config has dropout),
   // [n_layer, B, n_head, T, T], recomputed by the fused kernel from the saved log-sum-exp.
   float* attention_probs = nullptr;
+  // Token types (segments) [B, T] for a model with type_vocab_size > 0; null: all 0.
+  const int32_t* token_types = nullptr;
 };
 
 class GPT {
@@ -47,6 +49,9 @@ class GPT {
   // every tensor of the layout present with its shape, and no other tensor. Throws Error naming the
   // tensor otherwise.
   explicit GPT(const TensorSource& source);
+  // A model of `config` with the weights of `source`, named as the layout names them (the loaders
+  // of other formats hand over a source that renames and reshapes their tensors).
+  GPT(const GPTConfig& config, const TensorSource& source);
   GPT(const GPT&) = delete;
   GPT& operator=(const GPT&) = delete;
   GPT(GPT&&) noexcept;
@@ -69,20 +74,27 @@ class GPT {
   // Zeroes the parameter and gate gradients.
   void zero_grads();
 
-  // logits [B, T, vocab] for tokens [B, T] (1 ≤ T ≤ block_size); valid until the next call.
+  // logits [B, T, vocab] for tokens [B, T] (1 ≤ T ≤ block_size), or without an LM head
+  // (config.lm_head false) the final hidden states [B, T, n_embd]; valid until the next call.
   const float* forward(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
                        const ForwardOptions& options = {});
   // The forward, the mean cross-entropy against targets [B, T] (−1 ignores a position), and the
   // backward: gradients are added into grads() and gates().grads(). Returns the loss.
   double forward_backward(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets,
                           int64_t batch, int64_t seq, const ForwardOptions& options = {});
+  // The backward of the last forward from the gradient of its output (doutput, the shape forward
+  // returned): gradients are added into grads() and gates().grads(). `tokens` and `options` must
+  // be the forward's.
+  void backward(ThreadContext& ctx, const int32_t* tokens, const float* doutput,
+                const ForwardOptions& options = {});
   // The mean cross-entropy alone (no gradients).
   double loss(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets, int64_t batch,
               int64_t seq, const ForwardOptions& options = {});
 
   // Incremental decoding with a KV cache (batch of one). Keys and values of every layer are kept
   // for up to block_size positions; decode() appends `count` tokens at the cache's end and returns
-  // the logits of the last one ([vocab], valid until the next call). reset_cache() empties it.
+  // the output of the last one ([output_width], valid until the next call). reset_cache() empties
+  // it.
   void reset_cache();
   int64_t cache_length() const;
   const float* decode(ThreadContext& ctx, const int32_t* tokens, int64_t count,
@@ -92,7 +104,6 @@ class GPT {
 
  private:
   void check_tokens(const int32_t* tokens, int64_t batch, int64_t seq, int64_t offset) const;
-  void backward(ThreadContext& ctx, const int32_t* tokens, const ForwardOptions& options);
   // The forward over tokens [B, T] at positions pos0…; with `cached`, keys and values go into the
   // KV cache and attention reads the whole cache (batch of one).
   const float* run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,

@@ -42,7 +42,8 @@ struct BlockOffsets {
   int64_t ln2_w = -1, ln2_b = -1, fc_w = -1, fc_b = -1, fc_proj_w = -1, fc_proj_b = -1;
 };
 struct ModelOffsets {
-  int64_t wte = -1, wpe = -1, lnf_w = -1, lnf_b = -1, lm_head = -1;
+  int64_t wte = -1, wpe = -1, wtt = -1, lne_w = -1, lne_b = -1, lnf_w = -1, lnf_b = -1;
+  int64_t lm_head = -1;
   std::vector<BlockOffsets> blocks;
 };
 ModelOffsets model_offsets(const GPTConfig& c, const ParameterLayout& layout);

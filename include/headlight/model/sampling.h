@@ -17,6 +17,7 @@ struct SamplingOptions {
   int64_t top_k = 0;         // > 0: sample among the k most likely tokens only
   float top_p = 1.0f;        // < 1: among the smallest set whose probability reaches top_p
   uint64_t seed = 0;
+  std::vector<int32_t> stop_tokens{};  // generation ends after producing one of these (kept)
 };
 
 // Throws Error naming the option when temperature < 0, top_k < 0 or top_p outside (0, 1].

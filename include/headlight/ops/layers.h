@@ -1,12 +1,14 @@
 // The per-row layers of a transformer block besides attention and the products: layer and RMS
-// normalisation, the tanh-form GELU, token/position embeddings and the cross-entropy loss, each
-// with its backward beside it (llm.c style). Plain row-major float32 arrays with explicit sizes.
+// normalisation, the activations (GELU, ReLU, SwiGLU), token/position embeddings and the
+// cross-entropy loss, each with its backward beside it (llm.c style). Plain row-major float32
+// arrays with explicit sizes.
 //
 // Determinism: reductions over rows (the gradients of norm weights, of embeddings, the loss) are
 // summed in fixed chunks of rows in a fixed order, so results do not depend on the thread count.
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "headlight/core/thread_context.h"
 
@@ -39,10 +41,27 @@ struct NormGrads {
 void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
                    const float* mean, const float* rstd, const float* dy, const NormGrads& g);
 
-// GELU in GPT-2's tanh form: y = ½x(1 + tanh(√(2/π)(x + 0.044715x³))), over n elements.
-void gelu_forward(ThreadContext& ctx, int64_t n, const float* x, float* y);
-// dx = dy · gelu'(x) (overwrites dx; dx may alias dy).
-void gelu_backward(ThreadContext& ctx, int64_t n, const float* x, const float* dy, float* dx);
+// The MLP's activations, over rows of width F (the MLP's hidden width):
+//   gelu_tanh: GPT-2's ½x(1 + tanh(√(2/π)(x + 0.044715x³)))   ("gelu_new" in transformers)
+//   gelu_erf:  the exact ½x(1 + erf(x/√2))                     (BERT's "gelu")
+//   relu:      max(x, 0)
+//   swiglu:    silu(gate)·up on rows [gate (F) | up (F)] of width 2F (Llama's gate_proj, up_proj)
+enum class Activation : uint8_t { gelu_tanh, gelu_erf, relu, swiglu };
+const char* activation_name(Activation a);  // "gelu_tanh", "gelu", "relu", "swiglu"
+Activation parse_activation(const std::string& name);
+
+struct ActivationShape {
+  Activation kind = Activation::gelu_tanh;
+  int64_t rows = 0;
+  int64_t width = 0;  // F, the output width; the input is 2F wide for swiglu
+  int64_t input_width() const { return kind == Activation::swiglu ? 2 * width : width; }
+};
+// out[rows, F] from in[rows, input_width].
+void activation_forward(ThreadContext& ctx, const ActivationShape& s, const float* in, float* out);
+// din[rows, input_width] from dout[rows, F] and the forward's input (overwrites din; for the
+// element-wise kinds din may alias dout).
+void activation_backward(ThreadContext& ctx, const ActivationShape& s, const float* in,
+                         const float* dout, float* din);
 
 // x[rows, dim] = wte[token[r], :] (+ pos[r % period, :] when pos is non-null: the positions of a
 // row are r mod `period`, i.e. rows are [batch, period]). Throws naming `tokens` on an id outside

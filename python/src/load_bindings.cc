@@ -1,0 +1,204 @@
+// Bindings of real models: headlight.load(path) → headlight.Model (a headlight checkpoint, a
+// Hugging Face folder or a GGUF file) with its tokenizer (headlight.TextTokenizer). Thin:
+// argument conversion and the GIL; the logic is in load/ and model/.
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "conversions.h"
+#include "gpt_bindings.h"
+#include "headlight/core/error.h"
+#include "headlight/load/embed.h"
+#include "headlight/load/model.h"
+#include "headlight/model/sampling.h"
+
+namespace headlight::python {
+
+namespace py = pybind11;
+
+namespace {
+
+struct PyModel {
+  load::Model m;
+  ThreadContext ctx;
+  PyModel(load::Model model, int threads) : m(std::move(model)), ctx(threads) {}
+
+  const load::TextTokenizer& tokenizer() const {
+    check(m.tokenizer.has_value(), "{}: the model has no tokenizer{}{}", m.path,
+          m.tokenizer_error.empty() ? "" : ": ", m.tokenizer_error);
+    return *m.tokenizer;
+  }
+};
+
+py::dict model_config(const PyModel& self) {
+  py::dict d = py::module_::import("json").attr("loads")(model::to_json(self.m.net.config()));
+  d["architecture"] = self.m.architecture;
+  d["format"] = load::format_name(self.m.format);
+  d["pooling"] = load::pooling_name(self.m.pooling.mode);
+  d["normalize"] = self.m.pooling.normalize;
+  d["max_seq_length"] = self.m.max_seq_length;
+  d["eos_token_ids"] = self.m.eos_ids;
+  return d;
+}
+
+// token_types (None or the tokens' shape) into o.token_types; `types` keeps the array alive.
+void set_token_types(const py::object& token_types, int64_t b, int64_t t, TokenArray& types,
+                     model::ForwardOptions& o) {
+  if (token_types.is_none()) return;
+  int64_t b2, t2;
+  types = token_array(token_types, "token_types", b2, t2);
+  check(b2 == b && t2 == t, "token_types: shape [{}, {}] differs from tokens [{}, {}]", b2, t2, b,
+        t);
+  o.token_types = types.data();
+}
+
+py::array_t<float> model_forward(PyModel& self, const py::object& tokens,
+                                 const py::object& token_types) {
+  int64_t b, t;
+  auto arr = token_array(tokens, "tokens", b, t);
+  TokenArray types;
+  model::ForwardOptions o;
+  set_token_types(token_types, b, t, types, o);
+  const float* out;
+  {
+    py::gil_scoped_release release;
+    out = self.m.net.forward(self.ctx, arr.data(), b, t, o);
+  }
+  return copy_to_numpy(out, {b, t, self.m.net.config().output_width()});
+}
+
+py::array_t<float> model_attention(PyModel& self, const py::object& tokens) {
+  int64_t b, t;
+  auto arr = token_array(tokens, "tokens", b, t);
+  check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
+  const auto& c = self.m.net.config();
+  py::array_t<float> probs({c.n_layer, c.n_head, t, t});
+  std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(), 0.0f);
+  model::ForwardOptions o;
+  o.attention_probs = probs.mutable_data();
+  {
+    py::gil_scoped_release release;
+    self.m.net.forward(self.ctx, arr.data(), b, t, o);
+  }
+  return probs;
+}
+
+std::vector<int32_t> model_generate(PyModel& self, const py::object& tokens, int64_t max_new_tokens,
+                                    float temperature, std::optional<int64_t> top_k,
+                                    std::optional<float> top_p, uint64_t seed, bool stop_at_eos) {
+  int64_t b, t;
+  auto arr = token_array(tokens, "tokens", b, t);
+  check(b == 1, "tokens: generate() takes one sequence, got a batch of {}", b);
+  model::SamplingOptions o{.temperature = temperature,
+                           .top_k = top_k.value_or(0),
+                           .top_p = top_p.value_or(1.0f),
+                           .seed = seed};
+  if (stop_at_eos) o.stop_tokens = self.m.eos_ids;
+  py::gil_scoped_release release;
+  return model::generate(self.ctx, self.m.net, {arr.data(), static_cast<size_t>(t)}, max_new_tokens,
+                         o);
+}
+
+// The forward, then the backward from doutput (the gradient of the forward's output: logits, or
+// hidden states without an LM head); the parameter gradients by headlight name.
+py::dict model_backward(PyModel& self, const py::object& tokens, const py::object& doutput,
+                        const py::object& token_types) {
+  int64_t b, t;
+  auto arr = token_array(tokens, "tokens", b, t);
+  TokenArray types;
+  model::ForwardOptions o;
+  set_token_types(token_types, b, t, types, o);
+  const int64_t w = self.m.net.config().output_width();
+  auto g = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
+      as_float32(doutput, "doutput"));
+  std::vector<int64_t> shape(g.shape(), g.shape() + g.ndim());
+  check(shape == std::vector<int64_t>{b, t, w}, "doutput: expected shape [{}, {}, {}], got {}", b,
+        t, w, shape_string(shape));
+  {
+    py::gil_scoped_release release;
+    self.m.net.zero_grads();
+    self.m.net.forward(self.ctx, arr.data(), b, t, o);
+    self.m.net.backward(self.ctx, arr.data(), g.data(), o);
+  }
+  py::dict out;
+  for (const auto& e : self.m.net.layout().entries())
+    out[py::str(e.name)] = copy_to_numpy(self.m.net.grads() + e.offset, e.shape);
+  return out;
+}
+
+py::array model_encode(PyModel& self, const std::vector<std::string>& texts, int64_t batch_size) {
+  Tensor out;
+  {
+    py::gil_scoped_release release;
+    out = load::embed_texts(self.ctx, self.m, texts, {.batch_size = batch_size});
+  }
+  return to_numpy(std::move(out));
+}
+
+}  // namespace
+
+void bind_load(py::module_& m) {
+  py::class_<load::TextTokenizer>(m, "TextTokenizer")
+      .def_property_readonly("kind", &load::TextTokenizer::kind)
+      .def_property_readonly("vocab_size", &load::TextTokenizer::vocab_size)
+      .def(
+          "encode",
+          [](const load::TextTokenizer& t, const py::object& text, bool add_special_tokens) {
+            return t.encode(text_bytes(text), add_special_tokens);
+          },
+          py::arg("text"), py::arg("add_special_tokens") = true)
+      .def(
+          "decode",
+          [](const load::TextTokenizer& t, const std::vector<int32_t>& ids,
+             bool skip_special_tokens) {
+            return py::bytes(t.decode(ids, skip_special_tokens)).attr("decode")("utf-8", "replace");
+          },
+          py::arg("ids"), py::arg("skip_special_tokens") = true)
+      .def(
+          "token", [](const load::TextTokenizer& t, int32_t id) { return py::bytes(t.token(id)); },
+          py::arg("id"))
+      .def("id", &load::TextTokenizer::id, py::arg("token"));
+
+  py::class_<PyModel>(m, "Model")
+      .def_property_readonly("config", &model_config)
+      .def_property_readonly("path", [](const PyModel& self) { return self.m.path; })
+      .def_property_readonly(
+          "tokenizer",
+          [](const PyModel& self) -> const load::TextTokenizer& { return self.tokenizer(); },
+          py::return_value_policy::reference_internal)
+      .def_property_readonly("chat_template",
+                             [](const PyModel& self) { return self.m.chat_template; })
+      .def("forward", &model_forward, py::arg("tokens"), py::arg("token_types") = py::none())
+      .def("attention", &model_attention, py::arg("tokens"))
+      .def("generate", &model_generate, py::arg("tokens"), py::arg("max_new_tokens"),
+           py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
+           py::arg("top_p") = py::none(), py::arg("seed") = 0, py::arg("stop_at_eos") = true)
+      .def("encode", &model_encode, py::arg("texts"), py::arg("batch_size") = 32)
+      .def("backward", &model_backward, py::arg("tokens"), py::arg("doutput"),
+           py::arg("token_types") = py::none())
+      .def("state_dict", [](const PyModel& self) {
+        py::dict out;
+        for (const auto& e : self.m.net.layout().entries())
+          out[py::str(e.name)] = copy_to_numpy(self.m.net.params() + e.offset, e.shape);
+        return out;
+      });
+
+  m.def(
+      "load",
+      [](const std::string& path, int threads) {
+        std::unique_ptr<PyModel> out;
+        {
+          py::gil_scoped_release release;
+          out = std::make_unique<PyModel>(load::load_model(path), threads);
+        }
+        return out;
+      },
+      py::arg("path"), py::kw_only(), py::arg("threads") = 0);
+}
+
+}  // namespace headlight::python

@@ -1,0 +1,95 @@
+// Sentence embeddings (see headlight/load/embed.h).
+
+#include "headlight/load/embed.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <vector>
+
+#include "headlight/core/error.h"
+
+namespace headlight::load {
+
+void pool(const Pooling& p, const float* h, int64_t T, int64_t C, float* out) {
+  check(p.mode != Pooling::Mode::none,
+        "pooling: the model has no pooling (not an embedding model)");
+  if (p.mode == Pooling::Mode::cls) {
+    std::copy(h, h + C, out);
+  } else {
+    for (int64_t j = 0; j < C; ++j) {
+      double s = 0;
+      for (int64_t t = 0; t < T; ++t) s += h[t * C + j];
+      out[j] = static_cast<float>(s / static_cast<double>(T));
+    }
+  }
+  if (p.normalize) {
+    double n2 = 0;
+    for (int64_t j = 0; j < C; ++j) n2 += static_cast<double>(out[j]) * out[j];
+    // sentence-transformers divides by max(‖v‖, 1e-12).
+    const double scale = 1.0 / std::max(std::sqrt(n2), 1e-12);
+    for (int64_t j = 0; j < C; ++j) out[j] = static_cast<float>(out[j] * scale);
+  }
+}
+
+Tensor embed_texts(ThreadContext& ctx, Model& m, std::span<const std::string> texts,
+                   const EmbedOptions& o) {
+  check(m.pooling.mode != Pooling::Mode::none,
+        "{}: the model has no pooling (an embedding model needs sentence-transformers' "
+        "modules.json)",
+        m.path);
+  check(m.tokenizer.has_value(), "{}: the model has no tokenizer{}{}", m.path,
+        m.tokenizer_error.empty() ? "" : ": ", m.tokenizer_error);
+  check(o.batch_size > 0, "batch_size: must be positive, got {}", o.batch_size);
+  const int64_t n = static_cast<int64_t>(texts.size()), C = m.net.config().n_embd;
+  Tensor out = Tensor::zeros({n, C});
+  std::vector<std::vector<int32_t>> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    auto& v = ids[static_cast<size_t>(i)];
+    v = m.tokenizer->encode(texts[static_cast<size_t>(i)]);
+    if (static_cast<int64_t>(v.size()) > m.max_seq_length) {
+      // Cut as the tokenizers library truncates: the text's own tokens are cut so that they and
+      // the special tokens the template puts around them (BERT's [CLS] … [SEP]) fit.
+      const std::vector<int32_t> bare =
+          m.tokenizer->encode(texts[static_cast<size_t>(i)], /*add_special_tokens=*/false);
+      const size_t specials = v.size() - bare.size();
+      size_t head = 0;  // special tokens before the text's own
+      while (head < specials && !std::equal(bare.begin(), bare.end(), v.begin() + head)) ++head;
+      const auto keep = static_cast<size_t>(
+          std::max<int64_t>(0, m.max_seq_length - static_cast<int64_t>(specials)));
+      std::vector<int32_t> cut(v.begin(), v.begin() + static_cast<int64_t>(head));
+      cut.insert(cut.end(), bare.begin(), bare.begin() + static_cast<int64_t>(keep));
+      cut.insert(cut.end(), v.begin() + static_cast<int64_t>(head + bare.size()), v.end());
+      v = std::move(cut);
+    }
+    check(!v.empty(), "texts: text {} has no tokens", i);
+  }
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return ids[static_cast<size_t>(a)].size() < ids[static_cast<size_t>(b)].size();
+  });
+  std::vector<int32_t> batch;
+  int64_t done = 0;
+  for (int64_t i = 0; i < n;) {
+    const size_t T = ids[static_cast<size_t>(order[static_cast<size_t>(i)])].size();
+    int64_t j = i;
+    batch.clear();
+    while (j < n && j - i < o.batch_size &&
+           ids[static_cast<size_t>(order[static_cast<size_t>(j)])].size() == T) {
+      const auto& v = ids[static_cast<size_t>(order[static_cast<size_t>(j)])];
+      batch.insert(batch.end(), v.begin(), v.end());
+      ++j;
+    }
+    const int64_t B = j - i, t = static_cast<int64_t>(T);
+    const float* h = m.net.forward(ctx, batch.data(), B, t);
+    for (int64_t b = 0; b < B; ++b)
+      pool(m.pooling, h + b * t * C, t, C, out.data() + order[static_cast<size_t>(i + b)] * C);
+    done += B;
+    if (o.progress) o.progress(done, n);
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace headlight::load

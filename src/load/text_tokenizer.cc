@@ -1,0 +1,84 @@
+// TextTokenizer (see headlight/load/text_tokenizer.h).
+
+#include "headlight/load/text_tokenizer.h"
+
+#include <nlohmann/json.hpp>
+
+#include "headlight/core/error.h"
+
+namespace headlight::load {
+
+TextTokenizer TextTokenizer::from_hf_json(const std::string& json, const std::string& what) {
+  std::string type;
+  try {
+    const auto j = nlohmann::json::parse(json);
+    check(j.is_object() && j.contains("model") && j["model"].is_object() &&
+              j["model"].contains("type") && j["model"]["type"].is_string(),
+          "{}: no \"model.type\" (not a tokenizers tokenizer.json?)", what);
+    type = j["model"]["type"].get<std::string>();
+  } catch (const nlohmann::json::exception& e) {
+    fail("{}: not valid JSON ({})", what, e.what());
+  }
+  if (type == "WordPiece")
+    return TextTokenizer(model::WordPieceTokenizer::from_hf_json(json, what));
+  if (type == "BPE") return TextTokenizer(model::ByteLevelBpeTokenizer::from_hf_json(json, what));
+  fail("{}: tokenizer model \"{}\" is not supported (supported: WordPiece, byte-level BPE)", what,
+       type);
+}
+
+std::string TextTokenizer::kind() const {
+  if (const auto* t = std::get_if<model::Tokenizer>(&t_)) return t->is_bpe() ? "bpe" : "byte";
+  if (std::holds_alternative<model::WordPieceTokenizer>(t_)) return "wordpiece";
+  return "byte-level BPE";
+}
+
+int64_t TextTokenizer::vocab_size() const {
+  return std::visit([](const auto& t) { return t.vocab_size(); }, t_);
+}
+
+std::vector<int32_t> TextTokenizer::encode(std::string_view text, bool add_special_tokens) const {
+  if (const auto* t = std::get_if<model::Tokenizer>(&t_)) return t->encode(text);
+  if (const auto* t = std::get_if<model::WordPieceTokenizer>(&t_))
+    return t->encode(text, add_special_tokens);
+  return std::get<model::ByteLevelBpeTokenizer>(t_).encode(text, add_special_tokens);
+}
+
+std::string TextTokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
+  if (const auto* t = std::get_if<model::Tokenizer>(&t_)) return t->decode(ids);
+  const std::vector<int32_t> v(ids.begin(), ids.end());
+  if (const auto* t = std::get_if<model::WordPieceTokenizer>(&t_))
+    return t->decode(v, skip_special_tokens);
+  return std::get<model::ByteLevelBpeTokenizer>(t_).decode(v, skip_special_tokens);
+}
+
+std::string TextTokenizer::token(int32_t id) const {
+  check(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary [0, {})", id,
+        vocab_size());
+  if (const auto* t = std::get_if<model::Tokenizer>(&t_)) return t->token_bytes(id);
+  return std::visit(
+      [&](const auto& t) -> std::string {
+        if constexpr (std::is_same_v<std::decay_t<decltype(t)>, model::Tokenizer>)
+          return t.token_bytes(id);
+        else
+          return t.token(id);
+      },
+      t_);
+}
+
+int32_t TextTokenizer::id(const std::string& token) const {
+  if (const auto* t = std::get_if<model::Tokenizer>(&t_)) {
+    for (int32_t i = 0; i < t->vocab_size(); ++i)
+      if (t->token_bytes(i) == token) return i;
+    return -1;
+  }
+  return std::visit(
+      [&](const auto& t) -> int32_t {
+        if constexpr (std::is_same_v<std::decay_t<decltype(t)>, model::Tokenizer>)
+          return -1;
+        else
+          return t.id(token);
+      },
+      t_);
+}
+
+}  // namespace headlight::load
