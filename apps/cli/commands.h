@@ -19,5 +19,7 @@ void add_prune(CLI::App& app);
 void add_sweep(CLI::App& app);
 void add_demo(CLI::App& app);
 void add_explain(CLI::App& app);
+void add_info(CLI::App& app);
+void add_embed(CLI::App& app);
 
 }  // namespace headlight::cli

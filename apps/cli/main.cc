@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   headlight::cli::add_train(app);
   headlight::cli::add_eval(app);
   headlight::cli::add_generate(app);
+  headlight::cli::add_info(app);
+  headlight::cli::add_embed(app);
   headlight::cli::add_heads(app);
   headlight::cli::add_prune(app);
   headlight::cli::add_sweep(app);

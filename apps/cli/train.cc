@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "headlight/core/error.h"
+#include "headlight/load/model.h"
 #include "headlight/train/checkpoint.h"
 #include "headlight/train/corpus.h"
 #include "headlight/train/trainer.h"
@@ -192,15 +193,15 @@ void add_train(CLI::App& app) {
 void add_eval(CLI::App& app) {
   struct Args {
     std::string model, corpus = "detective";
-    int64_t stories = 500, batch = 16, batches = 1000000;
+    int64_t stories = 500, batch = 16, batches = 1000000, seq = 1024;
     uint64_t seed = 1;
     std::string split = "validation";
     int threads = 0;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
-  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of a checkpoint on a corpus");
-  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  auto* cmd = app.add_subcommand("eval", "Loss and perplexity of a model on a corpus");
+  cmd->add_option("model", a->model, "Checkpoint, Hugging Face folder or .gguf file")->required();
   cmd->add_option("--corpus", a->corpus, "\"detective\" or a text file (its last tenth is used)")
       ->capture_default_str();
   cmd->add_option("--split", a->split, "Detective split: validation or test")
@@ -209,11 +210,15 @@ void add_eval(CLI::App& app) {
   cmd->add_option("--corpus-seed", a->seed, "Seed of the detective corpus")->capture_default_str();
   positive(cmd->add_option("--batch", a->batch, "Sequences per batch")->capture_default_str());
   positive(cmd->add_option("--max-batches", a->batches, "Most batches to evaluate"));
+  positive(cmd->add_option("--seq", a->seq, "Tokens per sequence (at most the model's context)")
+               ->capture_default_str());
   add_threads_option(cmd, a->threads);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
-    train::LoadedModel loaded = train::load_model(a->model);
-    check(loaded.tokenizer.has_value(), "{}: the checkpoint has no tokenizer to encode text with",
+    load::Model loaded = load::load_model(a->model);
+    check(loaded.tokenizer.has_value(), "{}: the model has no tokenizer to encode text with{}{}",
+          a->model, loaded.tokenizer_error.empty() ? "" : ": ", loaded.tokenizer_error);
+    check(loaded.net.config().lm_head, "{}: an encoder has no LM head to score text with",
           a->model);
     std::string text;
     if (a->corpus == "detective") {
@@ -222,10 +227,10 @@ void add_eval(CLI::App& app) {
     } else {
       text = train::load_text(a->corpus, 0, 0, {.seed = a->seed}).validation;
     }
-    const auto ids = loaded.tokenizer->encode(text);
+    const auto ids = loaded.tokenizer->encode(text, /*add_special_tokens=*/false);
     ThreadContext ctx(a->threads);
-    const double loss = train::evaluate(ctx, loaded.model, ids, a->batch,
-                                        loaded.model.config().block_size, a->batches);
+    const int64_t seq = std::min<int64_t>(loaded.net.config().block_size, a->seq);
+    const double loss = train::evaluate(ctx, loaded.net, ids, a->batch, seq, a->batches);
     if (a->json) {
       fmt::print(
           "{}\n",

@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "conversions.h"
 #include "gpt_bindings.h"
 #include "headlight/core/error.h"
+#include "headlight/load/chat.h"
 #include "headlight/load/embed.h"
 #include "headlight/load/model.h"
 #include "headlight/model/sampling.h"
@@ -178,6 +180,19 @@ void bind_load(py::module_& m) {
       .def("generate", &model_generate, py::arg("tokens"), py::arg("max_new_tokens"),
            py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
            py::arg("top_p") = py::none(), py::arg("seed") = 0, py::arg("stop_at_eos") = true)
+      .def(
+          "apply_chat_template",
+          [](const PyModel& self, const std::vector<std::map<std::string, std::string>>& messages,
+             bool add_generation_prompt) {
+            std::vector<load::ChatMessage> ms;
+            for (const auto& d : messages) {
+              check(d.count("role") == 1 && d.count("content") == 1,
+                    "messages: each message needs \"role\" and \"content\"");
+              ms.push_back({d.at("role"), d.at("content")});
+            }
+            return load::chat_prompt(self.m, ms, add_generation_prompt);
+          },
+          py::arg("messages"), py::arg("add_generation_prompt") = true)
       .def("encode", &model_encode, py::arg("texts"), py::arg("batch_size") = 32)
       .def("backward", &model_backward, py::arg("tokens"), py::arg("doutput"),
            py::arg("token_types") = py::none())

@@ -122,3 +122,105 @@ def test_smollm2_greedy_generation_equals_transformers(smollm2, smollm2_ref):
                                     do_sample=False)[0, len(prompt):].tolist()
     assert got == want
     assert "Paris" in smollm2.tokenizer.decode(got)
+
+
+@pytest.fixture(scope="module")
+def smollm2_tokenizer():
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(str(SMOLLM2_GGUF.parent), gguf_file=SMOLLM2_GGUF.name)
+
+
+CHATS = [
+    [{"role": "user", "content": "What is the capital of France?"}],
+    [{"role": "system", "content": "You answer in one word."},
+     {"role": "user", "content": "Capital of Italy?"},
+     {"role": "assistant", "content": "Rome"},
+     {"role": "user", "content": "  And of Spain?  "}],
+]
+
+
+@pytest.mark.parametrize("chat", range(len(CHATS)))
+@pytest.mark.parametrize("prompt", [True, False])
+def test_smollm2_chatml_template_equals_transformers(smollm2, smollm2_tokenizer, chat, prompt):
+    want = smollm2_tokenizer.apply_chat_template(CHATS[chat], add_generation_prompt=prompt,
+                                                 tokenize=True, return_dict=False)
+    assert smollm2.apply_chat_template(CHATS[chat], add_generation_prompt=prompt) == list(want)
+
+
+LLAMA3_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = "
+    "'<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim"
+    " + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}"
+    "{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+
+
+def test_a_llama3_template_in_a_hugging_face_folder(smollm2_tokenizer, tmp_path):
+    """A Llama folder with tokenizer.json and a Llama-3 chat template (SmolLM2's tokenizer,
+    a small random model): ids as transformers renders the template, and a clear error for a
+    template headlight does not know."""
+    import json
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64,
+                      bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    smollm2_tokenizer.save_pretrained(tmp_path)
+    tc = json.loads((tmp_path / "tokenizer_config.json").read_text())
+    tc["chat_template"] = LLAMA3_TEMPLATE
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tc))
+    (tmp_path / "chat_template.jinja").unlink(missing_ok=True)
+    m = headlight.load(str(tmp_path))
+    from transformers import AutoTokenizer
+    ref = AutoTokenizer.from_pretrained(str(tmp_path))
+    for chat in CHATS:
+        want = ref.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                       return_dict=False)
+        assert m.apply_chat_template(chat) == list(want)
+    tc["chat_template"] = "{{ messages[0]['content'] }}"
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(tc))
+    with pytest.raises(ValueError, match="not one headlight recognises"):
+        headlight.load(str(tmp_path)).apply_chat_template(CHATS[0])
+
+
+def test_cli_info_embed_generate_and_eval(minilm, tmp_path):
+    import json
+    import subprocess
+    from pathlib import Path
+    cli = Path(__file__).resolve().parents[2] / "build" / "release" / "apps" / "cli" / "headlight"
+
+    def run(*args, check=True):
+        return subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True,
+                              check=check)
+
+    info = json.loads(run("info", MINILM_DIR, "--json").stdout)
+    assert (info["architecture"], info["layers"], info["heads"]) == ("BertModel", 6, 12)
+    assert info["pooling"] == "mean, L2-normalised"
+    info = json.loads(run("info", SMOLLM2_GGUF, "--json").stdout)
+    assert (info["architecture"], info["kv_heads"], info["chat_template"]) == ("llama", 3, "ChatML")
+    assert info["parameters"] == 134515008
+
+    texts = tmp_path / "texts.txt"
+    texts.write_text("\n".join(TEXTS[:3] * 30) + "\n")
+    out = tmp_path / "e.npy"
+    r = run("embed", MINILM_DIR, "--input", texts, "--out", out, "--threads", 2)
+    assert "90/90 texts" in r.stderr  # the progress bar on 64 texts or more
+    got = np.load(out)
+    assert got.shape == (90, 384)
+    assert np.abs(got - minilm.encode(TEXTS[:3] * 30)).max() < 1e-6
+    r = run("embed", SMOLLM2_GGUF, "--input", texts, "--out", tmp_path / "x.npy", check=False)
+    assert r.returncode != 0 and "has no pooling" in r.stderr
+    assert not (tmp_path / "x.npy").exists()
+
+    r = run("generate", SMOLLM2_GGUF, "--chat", "--greedy", "--prompt",
+            "What is the capital of France?", "--tokens", 20, "--threads", 2)
+    assert r.stdout.strip() == "The capital of France is Paris."
+    r = run("generate", MINILM_DIR, "--chat", check=False)
+    assert r.returncode != 0 and "an encoder has no LM head" in r.stderr
+    detective = Path(__file__).resolve().parents[2] / "models" / "detective.safetensors"
+    r = run("generate", detective, "--chat", check=False)
+    assert r.returncode != 0 and "the model has no chat template" in r.stderr
+
+    r = run("eval", SMOLLM2_GGUF, "--corpus", texts, "--seq", 32, "--batch", 1, "--max-batches",
+            1, "--json")
+    assert 1.0 < json.loads(r.stdout)["perplexity"] < 1000.0
