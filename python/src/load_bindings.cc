@@ -60,12 +60,14 @@ void set_token_types(const py::object& token_types, int64_t b, int64_t t, TokenA
 }
 
 py::array_t<float> model_forward(PyModel& self, const py::object& tokens,
-                                 const py::object& token_types) {
+                                 const py::object& token_types,
+                                 const std::optional<std::vector<int64_t>>& lengths) {
   int64_t b, t;
   auto arr = token_array(tokens, "tokens", b, t);
   TokenArray types;
   model::ForwardOptions o;
   set_token_types(token_types, b, t, types, o);
+  if (lengths) o.lengths = *lengths;
   const float* out;
   {
     py::gil_scoped_release release;
@@ -109,12 +111,14 @@ std::vector<int32_t> model_generate(PyModel& self, const py::object& tokens, int
 // The forward, then the backward from doutput (the gradient of the forward's output: logits, or
 // hidden states without an LM head); the parameter gradients by headlight name.
 py::dict model_backward(PyModel& self, const py::object& tokens, const py::object& doutput,
-                        const py::object& token_types) {
+                        const py::object& token_types,
+                        const std::optional<std::vector<int64_t>>& lengths) {
   int64_t b, t;
   auto arr = token_array(tokens, "tokens", b, t);
   TokenArray types;
   model::ForwardOptions o;
   set_token_types(token_types, b, t, types, o);
+  if (lengths) o.lengths = *lengths;
   const int64_t w = self.m.net.config().output_width();
   auto g = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
       as_float32(doutput, "doutput"));
@@ -175,7 +179,8 @@ void bind_load(py::module_& m) {
           py::return_value_policy::reference_internal)
       .def_property_readonly("chat_template",
                              [](const PyModel& self) { return self.m.chat_template; })
-      .def("forward", &model_forward, py::arg("tokens"), py::arg("token_types") = py::none())
+      .def("forward", &model_forward, py::arg("tokens"), py::arg("token_types") = py::none(),
+           py::arg("lengths") = py::none())
       .def("attention", &model_attention, py::arg("tokens"))
       .def("generate", &model_generate, py::arg("tokens"), py::arg("max_new_tokens"),
            py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
@@ -195,7 +200,7 @@ void bind_load(py::module_& m) {
           py::arg("messages"), py::arg("add_generation_prompt") = true)
       .def("encode", &model_encode, py::arg("texts"), py::arg("batch_size") = 32)
       .def("backward", &model_backward, py::arg("tokens"), py::arg("doutput"),
-           py::arg("token_types") = py::none())
+           py::arg("token_types") = py::none(), py::arg("lengths") = py::none())
       .def("state_dict", [](const PyModel& self) {
         py::dict out;
         for (const auto& e : self.m.net.layout().entries())

@@ -30,6 +30,13 @@ void HeadGates::zero_grads() {
   grads_.fill(0.0f);
 }
 
+bool HeadGates::ones(int64_t layer) const {
+  const float* gates = values() + layer * heads_;
+  for (int64_t h = 0; h < heads_; ++h)
+    if (gates[h] != 1.0f) return false;
+  return true;
+}
+
 void HeadGates::forward(ThreadContext& ctx, int64_t layer, const GatedRows& x_shape, const float* x,
                         float* out) const {
   const int64_t H = x_shape.heads, d = x_shape.head_dim;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "headlight/core/error.h"
@@ -64,30 +63,26 @@ Tensor embed_texts(ThreadContext& ctx, Model& m, std::span<const std::string> te
     }
     check(!v.empty(), "texts: text {} has no tokens", i);
   }
-  std::vector<int64_t> order(static_cast<size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
-    return ids[static_cast<size_t>(a)].size() < ids[static_cast<size_t>(b)].size();
-  });
-  std::vector<int32_t> batch;
-  int64_t done = 0;
-  for (int64_t i = 0; i < n;) {
-    const size_t T = ids[static_cast<size_t>(order[static_cast<size_t>(i)])].size();
-    int64_t j = i;
-    batch.clear();
-    while (j < n && j - i < o.batch_size &&
-           ids[static_cast<size_t>(order[static_cast<size_t>(j)])].size() == T) {
-      const auto& v = ids[static_cast<size_t>(order[static_cast<size_t>(j)])];
-      batch.insert(batch.end(), v.begin(), v.end());
-      ++j;
+  // Batches of up to batch_size texts in input order, packed end to end: every row is a token.
+  std::vector<int32_t> rows;
+  model::ForwardOptions f;
+  for (int64_t i = 0; i < n; i += o.batch_size) {
+    const int64_t end = std::min(n, i + o.batch_size);
+    rows.clear();
+    f.lengths.clear();
+    for (int64_t j = i; j < end; ++j) {
+      const auto& v = ids[static_cast<size_t>(j)];
+      rows.insert(rows.end(), v.begin(), v.end());
+      f.lengths.push_back(static_cast<int64_t>(v.size()));
     }
-    const int64_t B = j - i, t = static_cast<int64_t>(T);
-    const float* h = m.net.forward(ctx, batch.data(), B, t);
-    for (int64_t b = 0; b < B; ++b)
-      pool(m.pooling, h + b * t * C, t, C, out.data() + order[static_cast<size_t>(i + b)] * C);
-    done += B;
-    if (o.progress) o.progress(done, n);
-    i = j;
+    const float* h = m.net.forward(ctx, rows.data(), 1, static_cast<int64_t>(rows.size()), f);
+    int64_t row0 = 0;
+    for (int64_t j = i; j < end; ++j) {
+      const int64_t t = f.lengths[static_cast<size_t>(j - i)];
+      pool(m.pooling, h + row0 * C, t, C, out.data() + j * C);
+      row0 += t;
+    }
+    if (o.progress) o.progress(end, n);
   }
   return out;
 }

@@ -77,10 +77,11 @@ void GPT::zero_grads() {
   gates_.zero_grads();
 }
 
-void GPT::check_tokens(const int32_t* tokens, int64_t batch, int64_t seq, int64_t offset) const {
+void GPT::check_tokens(const int32_t* tokens, int64_t batch, int64_t seq, int64_t offset,
+                       bool one_sequence) const {
   check(batch > 0 && seq > 0, "tokens: expected a non-empty [batch, seq] array, got [{}, {}]",
         batch, seq);
-  check(offset + seq <= config_.block_size,
+  check(!one_sequence || offset + seq <= config_.block_size,
         "tokens: sequence of {} (after {} cached) is longer than block_size {}", seq, offset,
         config_.block_size);
   for (int64_t i = 0; i < batch * seq; ++i)

@@ -111,21 +111,27 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream);
     float* dattg = datt;
     linear_grads(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C},
-                 a.attg.ptr(), P + o.proj_w, dres, dattg, false, G + o.proj_w, maybe(G, o.proj_b));
+                 a.gated ? a.attg.ptr() : a.att.ptr(), P + o.proj_w, dres, dattg, false,
+                 G + o.proj_w, maybe(G, o.proj_b));
     // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place).
     gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
                     dattg);
-    attention::AttentionParams p =
-        detail::attention_params(c, d, a.qkv.ptr(), a.att.ptr(), a.lse.ptr(), s.alibi.data());
-    if (drop) {
-      p.options.dropout_p = c.dropout;
-      p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l);
-    }
-    detail::set_attention_grads(d, datt, dqkv, p);
-    if (d.H > 0) attention::backward(ctx, p, options.kernel);
-    if (c.positional == Positional::rope) {
-      apply_rope(s.rope, {d.rows, d.T, 0, d.W, d.H, true}, dqkv);
-      apply_rope(s.rope, {d.rows, d.T, 0, d.W, d.G, true}, dqkv + d.H * d.hd);
+    for (size_t i = 0; i < s.segments.size(); ++i) {
+      const Segment& g = s.segments[i];
+      attention::AttentionParams p =
+          detail::segment_attention(c, d, g, l, a.qkv.ptr(), a.att.ptr(), a.lse.ptr(), s);
+      if (drop) {
+        p.options.dropout_p = c.dropout;
+        p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l, i);
+      }
+      detail::set_attention_grads(detail::dims(c, g.batch, g.len, l), datt + g.row0 * d.H * d.hd,
+                                  dqkv + g.row0 * d.W, p);
+      if (d.H > 0) attention::backward(ctx, p, options.kernel);
+      if (c.positional == Positional::rope) {
+        float* dq = dqkv + g.row0 * d.W;
+        apply_rope(s.rope, {g.batch * g.len, g.len, 0, d.W, d.H, true}, dq);
+        apply_rope(s.rope, {g.batch * g.len, g.len, 0, d.W, d.G, true}, dq + d.H * d.hd);
+      }
     }
     const float* a_in = c.norm_first ? a.ln1.ptr() : x;
     if (c.norm_first) {
@@ -146,8 +152,10 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
                        {da, false, G + off.lne_w, maybe(G, off.lne_b)});
     demb = da;
   }
-  ops::embedding_backward(ctx, {d.rows, d.C, d.V, d.T}, tokens, demb, G + off.wte,
-                          c.positional == Positional::learned ? G + off.wpe : nullptr);
+  const int64_t* positions = s.positions.empty() ? nullptr : s.positions.data();
+  ops::embedding_backward(
+      ctx, {.rows = d.rows, .dim = d.C, .vocab = d.V, .period = d.T, .positions = positions},
+      tokens, demb, G + off.wte, c.positional == Positional::learned ? G + off.wpe : nullptr);
   if (c.type_vocab_size > 0)
     ops::embedding_backward(ctx, {d.rows, d.C, c.type_vocab_size, d.T}, s.types.data(), demb,
                             G + off.wtt, nullptr);

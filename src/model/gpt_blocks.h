@@ -48,8 +48,19 @@ void add(ThreadContext& ctx, int64_t n, const float* a, const float* b, float* o
 void add_type_embeddings(ThreadContext& ctx, const GPTConfig& c, const Dims& d,
                          const int32_t* types, const float* wtt, float* x);
 
-// The seed of layer l's attention-probability dropout for a step seed.
-uint64_t attention_dropout_seed(uint64_t seed, int64_t layer);
+// The seed of layer l's attention-probability dropout for a step seed (and a packed sequence).
+uint64_t attention_dropout_seed(uint64_t seed, int64_t layer, size_t segment = 0);
+
+// The segments (and, for packed sequences, the row positions) of a forward into s; throws naming
+// `lengths` when they do not fit.
+void set_segments(const GPTConfig& c, int64_t batch, int64_t seq, bool cached,
+                  const ForwardOptions& o, GPT::State& s);
+
+// Attention of one segment's rows (layer `layer`'s head counts) within the layer's packed
+// qkv [rows, W], att [rows, H·hd] and lse ([B, H, T] per segment, from row0·H).
+attention::AttentionParams segment_attention(const GPTConfig& c, const Dims& d, const Segment& g,
+                                             int64_t layer, float* qkv, float* att, float* lse,
+                                             const GPT::State& s);
 
 // Appends the keys and values of qkv (one sequence of d.T rows at positions pos0…) to a layer's
 // cache [positions, G, hd] (grown as needed, up to block_size positions) and points p's keys and

@@ -96,9 +96,40 @@ void add_type_embeddings(ThreadContext& ctx, const GPTConfig& c, const Dims& d,
   });
 }
 
-uint64_t attention_dropout_seed(uint64_t seed, int64_t layer) {
-  return philox4x32(seed, 0xA77E, static_cast<uint64_t>(layer))[0] |
-         (static_cast<uint64_t>(philox4x32(seed, 0xA77E, static_cast<uint64_t>(layer))[1]) << 32);
+uint64_t attention_dropout_seed(uint64_t seed, int64_t layer, size_t segment) {
+  const auto bits = philox4x32(seed, 0xA77E + segment, static_cast<uint64_t>(layer));
+  return bits[0] | (static_cast<uint64_t>(bits[1]) << 32);
+}
+
+void set_segments(const GPTConfig& c, int64_t batch, int64_t seq, bool cached,
+                  const ForwardOptions& o, GPT::State& s) {
+  s.segments.clear();
+  s.positions.clear();
+  if (o.lengths.empty()) {
+    s.segments.push_back({.row0 = 0, .batch = batch, .len = seq});
+    return;
+  }
+  check(batch == 1, "lengths: packed sequences need a batch of one row of tokens, got {}", batch);
+  check(!cached, "lengths: packed sequences cannot use the KV cache");
+  check(o.attention_probs == nullptr,
+        "lengths: packed sequences cannot return attention probabilities (one sequence at a time)");
+  int64_t row = 0;
+  for (int64_t len : o.lengths) {
+    check(len > 0 && len <= c.block_size, "lengths: {} is outside [1, block_size {}]", len,
+          c.block_size);
+    s.segments.push_back({.row0 = row, .batch = 1, .len = len});
+    for (int64_t t = 0; t < len; ++t) s.positions.push_back(t);
+    row += len;
+  }
+  check(row == seq, "lengths: they add up to {}, the tokens are {}", row, seq);
+}
+
+attention::AttentionParams segment_attention(const GPTConfig& c, const Dims& d, const Segment& g,
+                                             int64_t layer, float* qkv, float* att, float* lse,
+                                             const GPT::State& s) {
+  const Dims ds = dims(c, g.batch, g.len, layer);
+  return attention_params(c, ds, qkv + g.row0 * d.W, att + g.row0 * d.H * d.hd, lse + g.row0 * d.H,
+                          s.alibi.data());
 }
 
 void ensure_tables(const GPTConfig& c, GPT::State& s) {
@@ -147,7 +178,7 @@ const float* maybe(const float* base, int64_t offset) {
 
 const float* GPT::forward(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
                           const ForwardOptions& options) {
-  check_tokens(tokens, batch, seq, 0);
+  check_tokens(tokens, batch, seq, 0, options.lengths.empty());
   return run(ctx, tokens, batch, seq, 0, false, options);
 }
 
@@ -165,7 +196,8 @@ const float* GPT::decode(ThreadContext& ctx, const int32_t* tokens, int64_t coun
   options.kernel = kernel;
   const float* logits = run(ctx, tokens, 1, count, state_->cache_len, true, options);
   state_->cache_len += count;
-  return logits + (count - 1) * config_.output_width();
+  // With an LM head, the last row's logits alone; without, every row's hidden states.
+  return config_.lm_head ? logits : logits + (count - 1) * config_.output_width();
 }
 
 const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
@@ -182,6 +214,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   const ops::NormShape ns{.kind = nk, .rows = d.rows, .cols = d.C, .eps = c.norm_eps};
   s.batch = batch;
   s.seq = seq;
+  detail::set_segments(c, batch, seq, cached, options, s);
   s.x.resize(static_cast<size_t>(c.n_layer + 1));
   s.blocks.resize(static_cast<size_t>(c.n_layer));
 
@@ -194,7 +227,13 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     s.cache_k.resize(static_cast<size_t>(c.n_layer));
     s.cache_v.resize(static_cast<size_t>(c.n_layer));
   }
-  ops::embedding_forward(ctx, {d.rows, d.C, d.V, d.T}, tokens, P + off.wte, pos, emb);
+  ops::embedding_forward(ctx,
+                         {.rows = d.rows,
+                          .dim = d.C,
+                          .vocab = d.V,
+                          .period = d.T,
+                          .positions = s.positions.empty() ? nullptr : s.positions.data()},
+                         tokens, P + off.wte, pos, emb);
   if (c.type_vocab_size > 0) {
     s.types.assign(static_cast<size_t>(d.rows), 0);
     if (options.token_types) s.types.assign(options.token_types, options.token_types + d.rows);
@@ -224,24 +263,35 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     float* qkv = a.qkv.get(d.rows * d.W);
     ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in, d.C,
                         P + o.attn_w, maybe(P, o.attn_b), qkv, d.W);
-    if (c.positional == Positional::rope) {
-      apply_rope(s.rope, {d.rows, d.T, pos0, d.W, d.H, false}, qkv);
-      apply_rope(s.rope, {d.rows, d.T, pos0, d.W, d.G, false}, qkv + d.H * d.hd);
-    }
+    if (c.positional == Positional::rope)
+      for (const Segment& g : s.segments) {
+        float* q = qkv + g.row0 * d.W;
+        apply_rope(s.rope, {g.batch * g.len, g.len, pos0, d.W, d.H, false}, q);
+        apply_rope(s.rope, {g.batch * g.len, g.len, pos0, d.W, d.G, false}, q + d.H * d.hd);
+      }
     float* att = a.att.get(d.rows * d.H * d.hd);
-    attention::AttentionParams p =
-        detail::attention_params(c, d, qkv, att, a.lse.get(d.B * d.H * d.T), s.alibi.data());
-    if (cached)
-      detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
-                        s.cache_v[static_cast<size_t>(l)], p);
-    if (options.attention_probs) p.probs = options.attention_probs + l * d.B * c.n_head * d.T * d.T;
-    if (drop) {
-      p.options.dropout_p = c.dropout;
-      p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l);
+    float* lse = a.lse.get(d.rows * d.H);
+    for (size_t i = 0; i < s.segments.size(); ++i) {
+      const Segment& g = s.segments[i];
+      attention::AttentionParams p = detail::segment_attention(c, d, g, l, qkv, att, lse, s);
+      if (cached)
+        detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
+                          s.cache_v[static_cast<size_t>(l)], p);
+      if (options.attention_probs)
+        p.probs = options.attention_probs + l * d.B * c.n_head * d.T * d.T;
+      if (drop) {
+        p.options.dropout_p = c.dropout;
+        p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l, i);
+      }
+      if (d.H > 0) attention::forward(ctx, p, options.kernel);
     }
-    if (d.H > 0) attention::forward(ctx, p, options.kernel);
-    float* attg = a.attg.get(d.rows * d.H * d.hd);
-    gates_.forward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, att, attg);
+    a.gated = !gates_.ones(l);
+    const float* attg = att;
+    if (a.gated) {
+      float* gated = a.attg.get(d.rows * d.H * d.hd);
+      gates_.forward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, att, gated);
+      attg = gated;
+    }
     ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C}, attg,
                         d.H * d.hd, P + o.proj_w, maybe(P, o.proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream);
@@ -284,9 +334,12 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     final_in = s.lnf.ptr();
   }
   if (!c.lm_head) return final_in;
-  float* logits = s.logits.get(d.rows * d.V);
-  ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in, d.C,
-                      P + off.lm_head, nullptr, logits, d.V);
+  // Decoding needs the next token's logits only: those of the last row.
+  const int64_t out_rows = cached ? 1 : d.rows;
+  float* logits = s.logits.get(out_rows * d.V);
+  ops::linear_forward(ctx, {.rows = out_rows, .in_features = d.C, .out_features = d.V},
+                      final_in + (d.rows - out_rows) * d.C, d.C, P + off.lm_head, nullptr, logits,
+                      d.V);
   return logits;
 }
 

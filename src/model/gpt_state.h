@@ -37,6 +37,7 @@ struct BlockActivations {
   Buffer qkv;                      // [rows, (H + 2G)·hd], q and k after RoPE
   Buffer att;                      // [rows, H·hd] attention output before the gates
   Buffer attg;                     // [rows, H·hd] after the gates (c_proj's input)
+  bool gated = true;               // false: every gate was 1, c_proj's input was att itself
   Buffer lse;                      // [B, H, T]
   Buffer h;                        // [rows, C] x + attn (pre-norm: the residual after attention)
   Buffer ln2, ln2_mean, ln2_rstd;  // [rows, C], [rows], [rows]
@@ -44,8 +45,16 @@ struct BlockActivations {
   Buffer h2;                       // [rows, C] post-norm only: h + mlp before ln_2
 };
 
+// Rows that attend among themselves: `batch` sequences of `len` rows from row `row0` (one
+// segment for a [B, T] batch; one per sequence for packed sequences).
+struct Segment {
+  int64_t row0 = 0, batch = 0, len = 0;
+};
+
 struct GPT::State {
   int64_t batch = 0, seq = 0;      // shape of the last forward
+  std::vector<Segment> segments;   // of the last forward
+  std::vector<int64_t> positions;  // [rows] packed sequences: each row's position
   std::vector<Buffer> x;           // [n_layer + 1] residual stream, [rows, C] each
   Buffer emb, lne_mean, lne_rstd;  // embedding_norm: the summed embeddings before ln_e, its stats
   std::vector<int32_t> types;      // [rows] token types of the last forward (type_vocab_size > 0)

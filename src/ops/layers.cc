@@ -156,9 +156,8 @@ void activation_forward(ThreadContext& ctx, const ActivationShape& s, const floa
   const int64_t F = s.width;
   if (s.kind == Activation::swiglu) {
     ctx.parallel_for(s.rows, [&](Range r, int) {
-      for (int64_t i = r.begin; i < r.end; ++i)
-        HWY_DYNAMIC_DISPATCH(SwigluForwardDispatch)
-        (in + i * 2 * F, in + i * 2 * F + F, out + i * F, F);
+      for (int64_t i = r.begin; i < r.end; ++i) HWY_DYNAMIC_DISPATCH(SwigluForwardDispatch)
+      (in + i * 2 * F, in + i * 2 * F + F, out + i * F, F);
     });
     return;
   }
@@ -183,9 +182,8 @@ void activation_backward(ThreadContext& ctx, const ActivationShape& s, const flo
   const int64_t F = s.width;
   if (s.kind == Activation::swiglu) {
     ctx.parallel_for(s.rows, [&](Range r, int) {
-      for (int64_t i = r.begin; i < r.end; ++i)
-        HWY_DYNAMIC_DISPATCH(SwigluBackwardDispatch)
-        (in + i * 2 * F, in + i * 2 * F + F, dout + i * F, din + i * 2 * F, din + i * 2 * F + F, F);
+      for (int64_t i = r.begin; i < r.end; ++i) HWY_DYNAMIC_DISPATCH(SwigluBackwardDispatch)
+      (in + i * 2 * F, in + i * 2 * F + F, dout + i * F, din + i * 2 * F, din + i * 2 * F + F, F);
     });
     return;
   }
@@ -213,7 +211,8 @@ void embedding_forward(ThreadContext& ctx, const EmbeddingShape& s, const int32_
   ctx.parallel_for(s.rows, [&](Range range, int) {
     for (int64_t r = range.begin; r < range.end; ++r) {
       const float* e = wte + static_cast<int64_t>(tokens[r]) * s.dim;
-      const float* p = pos ? pos + (r % s.period) * s.dim : nullptr;
+      const int64_t at = s.positions ? s.positions[r] : r % s.period;
+      const float* p = pos ? pos + at * s.dim : nullptr;
       float* xr = x + r * s.dim;
       for (int64_t c = 0; c < s.dim; ++c) xr[c] = e[c] + (p ? p[c] : 0.0f);
     }
@@ -229,7 +228,7 @@ void embedding_backward(ThreadContext& ctx, const EmbeddingShape& s, const int32
       float* e = dwte + static_cast<int64_t>(tokens[r]) * s.dim;
       for (int64_t c = cols.begin; c < cols.end; ++c) e[c] += d[c];
       if (dpos) {
-        float* p = dpos + (r % s.period) * s.dim;
+        float* p = dpos + (s.positions ? s.positions[r] : r % s.period) * s.dim;
         for (int64_t c = cols.begin; c < cols.end; ++c) p[c] += d[c];
       }
     }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "headlight/core/error.h"
 
@@ -27,12 +28,19 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
         c.data[i * c.ld + j] = c.beta == 0.0f ? 0.0f : c.beta * c.data[i * c.ld + j];
     return;
   }
+  check(c.bias == nullptr || c.beta == 0.0f, "matmul: a bias needs beta = 0");
   OmpThreadsGuard threads(ctx.num_threads());
   if (m * n * k < kPrimitiveMinWork) {
+    float beta = c.beta;
+    if (c.bias) {
+      for (int64_t i = 0; i < m; ++i)
+        std::memcpy(c.data + i * c.ld, c.bias, sizeof(float) * static_cast<size_t>(n));
+      beta = 1.0f;
+    }
     // Small products (decoding one token): creating a primitive costs more than the product.
     const dnnl_status_t status =
         dnnl_sgemm(a.transposed ? 'T' : 'N', b.transposed ? 'T' : 'N', m, n, k, c.alpha, a.data,
-                   a.ld, b.data, b.ld, c.beta, c.data, c.ld);
+                   a.ld, b.data, b.ld, beta, c.data, c.ld);
     check(status == dnnl_success, "matmul: oneDNN sgemm failed (status {}) for [{}, {}] x [{}, {}]",
           static_cast<int>(status), m, k, k, n);
     return;
@@ -56,13 +64,18 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
       ops.append_sum(c.beta);
       attr.set_post_ops(ops);
     }
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_md, b_md, c_md), attr, engine);
+    const memory::desc bias_md({1, n}, memory::data_type::f32, memory::dims{n, 1});
+    const dnnl::matmul::primitive_desc pd(c.bias ? dnnl::matmul::desc(a_md, b_md, bias_md, c_md)
+                                                 : dnnl::matmul::desc(a_md, b_md, c_md),
+                                          attr, engine);
     dnnl::stream stream(engine);
     memory am(a_md, engine, const_cast<float*>(a.data)),
         bm(b_md, engine, const_cast<float*>(b.data));
     memory cm(c_md, engine, c.data);
-    dnnl::matmul(pd).execute(stream,
-                             {{DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}});
+    std::unordered_map<int, memory> args{
+        {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
+    if (c.bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, engine, const_cast<float*>(c.bias)));
+    dnnl::matmul(pd).execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {
     fail("matmul: oneDNN failed ({}) for [{}, {}] x [{}, {}]", e.what(), m, k, k, n);
@@ -72,16 +85,9 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
 void linear_forward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,
                     const float* weight, const float* bias, float* y, int64_t ldy) {
   if (s.rows == 0 || s.out_features == 0) return;
-  float beta = 0.0f;
-  if (bias) {
-    ctx.parallel_for(s.rows, [&](Range range, int) {
-      for (int64_t r = range.begin; r < range.end; ++r)
-        std::memcpy(y + r * ldy, bias, sizeof(float) * static_cast<size_t>(s.out_features));
-    });
-    beta = 1.0f;
-  }
   matmul(ctx, {x, s.rows, s.in_features, ldx, false},
-         {weight, s.in_features, s.out_features, s.in_features, true}, {y, ldy, 1.0f, beta});
+         {weight, s.in_features, s.out_features, s.in_features, true},
+         {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias});
 }
 
 void linear_backward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,

@@ -48,6 +48,8 @@ class HeadGates {
   void restore(std::span<const float> values);
   void zero_grads();
 
+  // Whether every gate of layer `layer` is exactly 1 (the forward is then a copy to skip).
+  bool ones(int64_t layer) const;
   // out = ξ ⊙ x for layer `layer` (out may alias x).
   void forward(ThreadContext& ctx, int64_t layer, const GatedRows& shape, const float* x,
                float* out) const;

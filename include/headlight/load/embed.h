@@ -3,7 +3,8 @@
 // through the model, its hidden states pooled (the [CLS] position, or the mean over its tokens)
 // and, when the model says so, L2-normalised.
 //
-// Texts are sorted by token count and run in batches of equal length, so no position is padding.
+// A batch's texts are packed end to end (model::ForwardOptions::lengths): each attends within
+// itself and no position is padding.
 #pragma once
 
 #include <cstdint>

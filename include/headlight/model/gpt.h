@@ -38,6 +38,10 @@ struct ForwardOptions {
   float* attention_probs = nullptr;
   // Token types (segments) [B, T] for a model with type_vocab_size > 0; null: all 0.
   const int32_t* token_types = nullptr;
+  // Packed sequences: tokens [1, Σ lengths] hold independent sequences of these lengths, each
+  // from position 0 and attending only within itself (no padding anywhere). Empty: one [B, T]
+  // batch. Not with the KV cache or attention_probs.
+  std::vector<int64_t> lengths{};
 };
 
 class GPT {
@@ -103,7 +107,10 @@ class GPT {
   struct State;  // activations, KV cache and tables (src/model/gpt_state.h)
 
  private:
-  void check_tokens(const int32_t* tokens, int64_t batch, int64_t seq, int64_t offset) const;
+  // one_sequence: the rows are sequences, each within block_size (false: packed sequences,
+  // whose lengths are checked with them).
+  void check_tokens(const int32_t* tokens, int64_t batch, int64_t seq, int64_t offset,
+                    bool one_sequence = true) const;
   // The forward over tokens [B, T] at positions pos0…; with `cached`, keys and values go into the
   // KV cache and attention reads the whole cache (batch of one).
   const float* run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,

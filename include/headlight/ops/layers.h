@@ -71,6 +71,9 @@ struct EmbeddingShape {
   int64_t dim = 0;
   int64_t vocab = 0;
   int64_t period = 0;  // sequence length T of the [batch, T] token rows
+  // When non-null, the position of each row ([rows]; packed sequences of different lengths)
+  // instead of r mod period.
+  const int64_t* positions = nullptr;
 };
 void embedding_forward(ThreadContext& ctx, const EmbeddingShape& s, const int32_t* tokens,
                        const float* wte, const float* pos, float* x);

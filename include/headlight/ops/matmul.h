@@ -26,9 +26,10 @@ struct OutputArg {
   int64_t ld = 0;
   float alpha = 1.0f;  // c = alpha * a·b + beta * c
   float beta = 0.0f;
+  const float* bias = nullptr;  // [b.cols] added to every row (with beta = 0 only)
 };
 
-// c[a.rows, b.cols] = alpha · a[a.rows, a.cols] · b[b.rows, b.cols] + beta · c.
+// c[a.rows, b.cols] = alpha · a[a.rows, a.cols] · b[b.rows, b.cols] + beta · c (+ bias).
 void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const OutputArg& c);
 
 // Shapes of a linear layer applied to `rows` input rows: y[rows, out] = x[rows, in] · Wᵀ + bias,
