@@ -224,3 +224,22 @@ def test_cli_info_embed_generate_and_eval(minilm, tmp_path):
     r = run("eval", SMOLLM2_GGUF, "--corpus", texts, "--seq", 32, "--batch", 1, "--max-batches",
             1, "--json")
     assert 1.0 < json.loads(r.stdout)["perplexity"] < 1000.0
+
+
+def test_a_tokenizer_larger_than_the_vocabulary_is_refused(smollm2_tokenizer, tmp_path):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cfg = LlamaConfig(vocab_size=1000, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path)
+    smollm2_tokenizer.save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match=r"tokenizer\.json: the tokenizer has 49152 tokens, more "
+                                         r"than config\.json's vocab_size 1000"):
+        headlight.load(str(tmp_path))
+
+
+def test_a_truncated_gguf_model_is_refused_naming_the_file(tmp_path):
+    data = SMOLLM2_GGUF.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"cut\.gguf: .*"):
+        headlight.load(str(cut))
