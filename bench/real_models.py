@@ -28,7 +28,6 @@ products can beat that time, so it bounds every speed-up.
 import argparse
 import json
 import re
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -37,27 +36,11 @@ from pathlib import Path
 
 import numpy as np
 
+from compare import cli_json, median_seconds  # bench/compare.py, beside this file
+
 ROOT = Path(__file__).resolve().parent.parent
-CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
 sys.path.insert(0, str(ROOT / "python" / "tests"))
 from model_files import MINILM_DIR, SMOLLM2_GGUF  # noqa: E402
-
-
-def cli_json(*args):
-    out = subprocess.run([str(CLI), *map(str, args), "--json"], check=True, capture_output=True,
-                         text=True)
-    return json.loads(out.stdout)
-
-
-def median_seconds(fn, runs, warmup=1):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
 
 
 def sentences(n=512, seed=0):

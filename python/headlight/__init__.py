@@ -6,7 +6,10 @@ The functions and classes here are thin bindings over the C++ library:
   ``torch.nn.functional.scaled_dot_product_attention`` (a query row with no allowed key gives zeros);
 - ``MultiheadAttention`` with the semantics, parameter names and shapes of
   ``torch.nn.MultiheadAttention``, plus grouped-query attention (``num_kv_heads``), per-head gates
-  and an explicit ``backward``.
+  and an explicit ``backward``;
+- ``load(path)``: a pretrained model (Hugging Face folder, GGUF file or headlight checkpoint) as a
+  ``Model`` with its tokenizer: ``forward``, ``backward``, ``attention``, ``generate``, ``encode``
+  (sentence embeddings), ``apply_chat_template`` (docs/models.md).
 
 Arrays are numpy float32 (other real dtypes are converted); errors are ``ValueError``.
 """

@@ -48,30 +48,35 @@ py::dict model_config(const PyModel& self) {
   return d;
 }
 
-// token_types (None or the tokens' shape) into o.token_types; `types` keeps the array alive.
-void set_token_types(const py::object& token_types, int64_t b, int64_t t, TokenArray& types,
-                     model::ForwardOptions& o) {
-  if (token_types.is_none()) return;
-  int64_t b2, t2;
-  types = token_array(token_types, "token_types", b2, t2);
-  check(b2 == b && t2 == t, "token_types: shape [{}, {}] differs from tokens [{}, {}]", b2, t2, b,
-        t);
-  o.token_types = types.data();
-}
+// The inputs of a forward: tokens [B, T], optional token types of the same shape (kept alive
+// here) and optional packed-sequence lengths.
+struct Inputs {
+  int64_t b = 0, t = 0;
+  TokenArray tokens, types;
+  model::ForwardOptions options;
+  Inputs(const py::object& ids, const py::object& token_types,
+         const std::optional<std::vector<int64_t>>& lengths) {
+    tokens = token_array(ids, "tokens", b, t);
+    if (!token_types.is_none()) {
+      int64_t b2, t2;
+      types = token_array(token_types, "token_types", b2, t2);
+      check(b2 == b && t2 == t, "token_types: shape [{}, {}] differs from tokens [{}, {}]", b2, t2,
+            b, t);
+      options.token_types = types.data();
+    }
+    if (lengths) options.lengths = *lengths;
+  }
+};
 
 py::array_t<float> model_forward(PyModel& self, const py::object& tokens,
                                  const py::object& token_types,
                                  const std::optional<std::vector<int64_t>>& lengths) {
-  int64_t b, t;
-  auto arr = token_array(tokens, "tokens", b, t);
-  TokenArray types;
-  model::ForwardOptions o;
-  set_token_types(token_types, b, t, types, o);
-  if (lengths) o.lengths = *lengths;
+  Inputs in(tokens, token_types, lengths);
+  const int64_t b = in.b, t = in.t;
   const float* out;
   {
     py::gil_scoped_release release;
-    out = self.m.net.forward(self.ctx, arr.data(), b, t, o);
+    out = self.m.net.forward(self.ctx, in.tokens.data(), b, t, in.options);
   }
   return copy_to_numpy(out, {b, t, self.m.net.config().output_width()});
 }
@@ -113,12 +118,8 @@ std::vector<int32_t> model_generate(PyModel& self, const py::object& tokens, int
 py::dict model_backward(PyModel& self, const py::object& tokens, const py::object& doutput,
                         const py::object& token_types,
                         const std::optional<std::vector<int64_t>>& lengths) {
-  int64_t b, t;
-  auto arr = token_array(tokens, "tokens", b, t);
-  TokenArray types;
-  model::ForwardOptions o;
-  set_token_types(token_types, b, t, types, o);
-  if (lengths) o.lengths = *lengths;
+  Inputs in(tokens, token_types, lengths);
+  const int64_t b = in.b, t = in.t;
   const int64_t w = self.m.net.config().output_width();
   auto g = py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(
       as_float32(doutput, "doutput"));
@@ -128,8 +129,8 @@ py::dict model_backward(PyModel& self, const py::object& tokens, const py::objec
   {
     py::gil_scoped_release release;
     self.m.net.zero_grads();
-    self.m.net.forward(self.ctx, arr.data(), b, t, o);
-    self.m.net.backward(self.ctx, arr.data(), g.data(), o);
+    self.m.net.forward(self.ctx, in.tokens.data(), b, t, in.options);
+    self.m.net.backward(self.ctx, in.tokens.data(), g.data(), in.options);
   }
   py::dict out;
   for (const auto& e : self.m.net.layout().entries())

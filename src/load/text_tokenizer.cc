@@ -55,14 +55,8 @@ std::string TextTokenizer::token(int32_t id) const {
   check(id >= 0 && id < vocab_size(), "token id {} is outside the vocabulary [0, {})", id,
         vocab_size());
   if (const auto* t = std::get_if<model::Tokenizer>(&t_)) return t->token_bytes(id);
-  return std::visit(
-      [&](const auto& t) -> std::string {
-        if constexpr (std::is_same_v<std::decay_t<decltype(t)>, model::Tokenizer>)
-          return t.token_bytes(id);
-        else
-          return t.token(id);
-      },
-      t_);
+  if (const auto* t = std::get_if<model::WordPieceTokenizer>(&t_)) return t->token(id);
+  return std::get<model::ByteLevelBpeTokenizer>(t_).token(id);
 }
 
 int32_t TextTokenizer::id(const std::string& token) const {
@@ -71,14 +65,8 @@ int32_t TextTokenizer::id(const std::string& token) const {
       if (t->token_bytes(i) == token) return i;
     return -1;
   }
-  return std::visit(
-      [&](const auto& t) -> int32_t {
-        if constexpr (std::is_same_v<std::decay_t<decltype(t)>, model::Tokenizer>)
-          return -1;
-        else
-          return t.id(token);
-      },
-      t_);
+  if (const auto* t = std::get_if<model::WordPieceTokenizer>(&t_)) return t->id(token);
+  return std::get<model::ByteLevelBpeTokenizer>(t_).id(token);
 }
 
 }  // namespace headlight::load
