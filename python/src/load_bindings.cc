@@ -73,6 +73,7 @@ py::array_t<float> model_forward(PyModel& self, const py::object& tokens,
                                  const std::optional<std::vector<int64_t>>& lengths) {
   Inputs in(tokens, token_types, lengths);
   const int64_t b = in.b, t = in.t;
+  in.options.inference = true;
   const float* out;
   {
     py::gil_scoped_release release;
@@ -89,6 +90,7 @@ py::array_t<float> model_attention(PyModel& self, const py::object& tokens) {
   py::array_t<float> probs({c.n_layer, c.n_head, t, t});
   std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(), 0.0f);
   model::ForwardOptions o;
+  o.inference = true;
   o.attention_probs = probs.mutable_data();
   {
     py::gil_scoped_release release;

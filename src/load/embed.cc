@@ -66,6 +66,7 @@ Tensor embed_texts(ThreadContext& ctx, Model& m, std::span<const std::string> te
   // Batches of up to batch_size texts in input order, packed end to end: every row is a token.
   std::vector<int32_t> rows;
   model::ForwardOptions f;
+  f.inference = true;
   for (int64_t i = 0; i < n; i += o.batch_size) {
     const int64_t end = std::min(n, i + o.batch_size);
     rows.clear();

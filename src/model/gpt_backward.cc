@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "headlight/core/error.h"
 #include "headlight/ops/layers.h"
 #include "headlight/ops/matmul.h"
 #include "src/model/gpt_blocks.h"
@@ -38,6 +39,9 @@ void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x,
 void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutput,
                    const ForwardOptions& options) {
   State& s = *state_;
+  check(!s.inference,
+        "backward: the last forward was for inference (ForwardOptions::inference or decoding) and "
+        "kept no activations");
   const GPTConfig& c = config_;
   const Dims d = detail::dims(c, s.batch, s.seq);
   const ModelOffsets off = model_offsets(c, layout_);

@@ -215,6 +215,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   s.batch = batch;
   s.seq = seq;
   detail::set_segments(c, batch, seq, cached, options, s);
+  s.inference = options.inference || cached;
   s.x.resize(static_cast<size_t>(c.n_layer + 1));
   s.blocks.resize(static_cast<size_t>(c.n_layer));
 
@@ -311,9 +312,14 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     }
     float* fc = a.fc.get(d.rows * d.Fi);
     float* gel = a.gel.get(d.rows * d.F);
-    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, d.C,
-                        P + o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
-    ops::activation_forward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, fc, gel);
+    if (s.inference && c.activation != ops::Activation::swiglu) {
+      ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C,
+                          P + o.fc_w, maybe(P, o.fc_b), gel, d.F, c.activation);
+    } else {
+      ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in,
+                          d.C, P + o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
+      ops::activation_forward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, fc, gel);
+    }
     ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, gel, d.F,
                         P + o.fc_proj_w, maybe(P, o.fc_proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream + 1);

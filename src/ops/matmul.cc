@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <unordered_map>
+#include <vector>
 
 #include "headlight/core/error.h"
 
@@ -29,6 +30,8 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
     return;
   }
   check(c.bias == nullptr || c.beta == 0.0f, "matmul: a bias needs beta = 0");
+  check(!c.activation || (c.beta == 0.0f && *c.activation != Activation::swiglu),
+        "matmul: an epilogue activation needs beta = 0 and an element-wise kind");
   OmpThreadsGuard threads(ctx.num_threads());
   if (m * n * k < kPrimitiveMinWork) {
     float beta = c.beta;
@@ -43,6 +46,14 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
                    a.ld, b.data, b.ld, beta, c.data, c.ld);
     check(status == dnnl_success, "matmul: oneDNN sgemm failed (status {}) for [{}, {}] x [{}, {}]",
           static_cast<int>(status), m, k, k, n);
+    if (c.activation) {
+      std::vector<float> row(static_cast<size_t>(n));  // the kernels take distinct in and out
+      for (int64_t i = 0; i < m; ++i) {
+        std::copy_n(c.data + i * c.ld, n, row.data());
+        activation_forward(ctx, {.kind = *c.activation, .rows = 1, .width = n}, row.data(),
+                           c.data + i * c.ld);
+      }
+    }
     return;
   }
   // oneDNN's matmul primitive (brgemm kernels on AVX-512/AVX2, faster than dnnl_sgemm on the
@@ -59,9 +70,16 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   try {
     dnnl::primitive_attr attr;
     if (c.alpha != 1.0f) attr.set_output_scales(0, {c.alpha});
-    if (c.beta != 0.0f) {
+    if (c.beta != 0.0f || c.activation) {
       dnnl::post_ops ops;
-      ops.append_sum(c.beta);
+      if (c.beta != 0.0f) ops.append_sum(c.beta);
+      if (c.activation)
+        ops.append_eltwise(1.0f,
+                           *c.activation == Activation::gelu_erf ? dnnl::algorithm::eltwise_gelu_erf
+                           : *c.activation == Activation::gelu_tanh
+                               ? dnnl::algorithm::eltwise_gelu_tanh
+                               : dnnl::algorithm::eltwise_relu,
+                           0.0f, 0.0f);
       attr.set_post_ops(ops);
     }
     const memory::desc bias_md({1, n}, memory::data_type::f32, memory::dims{n, 1});
@@ -83,11 +101,13 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
 }
 
 void linear_forward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,
-                    const float* weight, const float* bias, float* y, int64_t ldy) {
+                    const float* weight, const float* bias, float* y, int64_t ldy,
+                    std::optional<Activation> activation) {
   if (s.rows == 0 || s.out_features == 0) return;
-  matmul(ctx, {x, s.rows, s.in_features, ldx, false},
-         {weight, s.in_features, s.out_features, s.in_features, true},
-         {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias});
+  matmul(
+      ctx, {x, s.rows, s.in_features, ldx, false},
+      {weight, s.in_features, s.out_features, s.in_features, true},
+      {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .activation = activation});
 }
 
 void linear_backward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,

@@ -193,6 +193,30 @@ TEST(GPT, CachedDecodingMatchesTheFullForward) {
   }
 }
 
+// An inference forward (the activation fused into its product) gives the same outputs within
+// rounding for every activation, and a backward after it is refused.
+TEST(GPT, InferenceForwardMatchesAndRefusesABackward) {
+  for (ops::Activation act : {ops::Activation::gelu_tanh, ops::Activation::gelu_erf,
+                              ops::Activation::relu, ops::Activation::swiglu}) {
+    GPTConfig c = small_config();
+    c.activation = act;
+    c.n_embd = 128;       // 32 rows · 128 · 1040 multiply-adds: oneDNN's primitive and its
+    c.mlp_hidden = 1040;  // epilogue, not the small-product path
+    GPT m(c, 3);
+    ThreadContext ctx(2);
+    const auto t = tokens_for(2 * 16, c.vocab_size, 4);
+    const float* out = m.forward(ctx, t.data(), 2, 16);
+    std::vector<float> want(out, out + 2 * 16 * c.vocab_size);
+    ForwardOptions o;
+    o.inference = true;
+    const float* got = m.forward(ctx, t.data(), 2, 16, o);
+    for (size_t i = 0; i < want.size(); ++i)
+      ASSERT_NEAR(got[i], want[i], 2e-5) << ops::activation_name(act) << " " << i;
+    std::vector<float> dout(want.size(), 1.0f);
+    expect_error([&] { m.backward(ctx, t.data(), dout.data(), o); }, {"for inference"});
+  }
+}
+
 TEST(GPT, GateZeroRemovesAHeadAndItsGradientIsExact) {
   GPTConfig c = small_config();
   c.n_kv_head = 4;

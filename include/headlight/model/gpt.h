@@ -36,6 +36,10 @@ struct ForwardOptions {
   // set and the config has dropout),
   // [n_layer, B, n_head, T, T], recomputed by the fused kernel from the saved log-sum-exp.
   float* attention_probs = nullptr;
+  // No backward follows (embeddings, generation, capture): the MLP's activation runs in its
+  // product's epilogue and the pre-activation values are not kept; backward() after such a
+  // forward is an error. Decoding with the KV cache is always so.
+  bool inference = false;
   // Token types (segments) [B, T] for a model with type_vocab_size > 0; null: all 0.
   const int32_t* token_types = nullptr;
   // Packed sequences: tokens [1, Σ lengths] hold independent sequences of these lengths, each

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 
 #include "headlight/core/thread_context.h"
+#include "headlight/ops/layers.h"
 
 namespace headlight::ops {
 
@@ -27,6 +29,9 @@ struct OutputArg {
   float alpha = 1.0f;  // c = alpha * a·b + beta * c
   float beta = 0.0f;
   const float* bias = nullptr;  // [b.cols] added to every row (with beta = 0 only)
+  // Applied to every element last, in the product's epilogue (an element-wise kind; with beta = 0
+  // only).
+  std::optional<Activation> activation{};
 };
 
 // c[a.rows, b.cols] = alpha · a[a.rows, a.cols] · b[b.rows, b.cols] + beta · c (+ bias).
@@ -41,9 +46,11 @@ struct LinearShape {
 };
 
 // y[rows, out] (leading dim ldy) = x[rows, in] (leading dim ldx) · W[out, in]ᵀ + bias[out].
-// bias may be null.
+// bias may be null. With `activation` (an element-wise kind), y = act(x · Wᵀ + bias) in one pass
+// (oneDNN's epilogue; no pre-activation values are kept, so only where no backward follows).
 void linear_forward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,
-                    const float* weight, const float* bias, float* y, int64_t ldy);
+                    const float* weight, const float* bias, float* y, int64_t ldy,
+                    std::optional<Activation> activation = std::nullopt);
 
 // Gradients of linear_forward given dy[rows, out] (leading dim ldy). Each output pointer may be
 // null to skip it; results are accumulated (+=) when `accumulate` is true, else overwritten.
