@@ -28,7 +28,8 @@ CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
 
 
 def cli_json(*args):
-    out = subprocess.run([str(CLI), *args, "--json"], check=True, capture_output=True, text=True)
+    out = subprocess.run([str(CLI), *map(str, args), "--json"], check=True, capture_output=True,
+                         text=True)
     return json.loads(out.stdout)
 
 
