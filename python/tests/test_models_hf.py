@@ -193,6 +193,13 @@ def permute(w, heads):
             .swapaxes(1, 2).reshape(w.shape))
 
 
+def finish(w):
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def write_llama_gguf(path, model):
     c = model.config
     w = gguf.GGUFWriter(str(path), "llama")
@@ -222,10 +229,7 @@ def write_llama_gguf(path, model):
     w.add_tensor("output_norm.weight", sd["model.norm.weight"])
     if not c.tie_word_embeddings:
         w.add_tensor("output.weight", sd["lm_head.weight"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 def write_gpt2_gguf(path, model):
@@ -249,10 +253,7 @@ def write_gpt2_gguf(path, model):
             w.add_tensor(f"blk.{i}.{ll}.bias", sd[f"transformer.h.{i}.{hf}.bias"])
     w.add_tensor("output_norm.weight", sd["transformer.ln_f.weight"])
     w.add_tensor("output_norm.bias", sd["transformer.ln_f.bias"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
 
 
 @pytest.mark.parametrize("name", ["llama-gqa", "llama-tied", "gpt2"])
@@ -322,10 +323,7 @@ def test_gguf_of_an_unsupported_architecture_is_named(tmp_path):
     path = tmp_path / "m.gguf"
     w = gguf.GGUFWriter(str(path), "mamba")
     w.add_tensor("token_embd.weight", np.zeros((4, 8), dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish(w)
     with pytest.raises(ValueError, match=r"m\.gguf: general\.architecture \"mamba\" is not "
                                          r"supported \(supported: llama, gpt2\)"):
         headlight.load(str(path))
