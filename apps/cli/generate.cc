@@ -60,7 +60,7 @@ void add_generate(CLI::App& app) {
     if (a->greedy) a->sampling.temperature = 0.0f;
     a->sampling.stop_tokens = m.eos_ids;
     model::validate(a->sampling);
-    const load::TextTokenizer& tok = *m.tokenizer;
+    const model::TextTokenizer& tok = *m.tokenizer;
     std::vector<int32_t> prompt;
     if (a->chat) {
       std::vector<load::ChatMessage> messages;

@@ -30,7 +30,7 @@ struct PyModel {
   ThreadContext ctx;
   PyModel(load::Model model, int threads) : m(std::move(model)), ctx(threads) {}
 
-  const load::TextTokenizer& tokenizer() const {
+  const model::TextTokenizer& tokenizer() const {
     check(m.tokenizer.has_value(), "{}: the model has no tokenizer{}{}", m.path,
           m.tokenizer_error.empty() ? "" : ": ", m.tokenizer_error);
     return *m.tokenizer;
@@ -152,33 +152,38 @@ py::array model_encode(PyModel& self, const std::vector<std::string>& texts, int
 }  // namespace
 
 void bind_load(py::module_& m) {
-  py::class_<load::TextTokenizer>(m, "TextTokenizer")
-      .def_property_readonly("kind", &load::TextTokenizer::kind)
-      .def_property_readonly("vocab_size", &load::TextTokenizer::vocab_size)
+  py::class_<model::TextTokenizer>(m, "TextTokenizer")
+      .def_property_readonly("kind", &model::TextTokenizer::kind)
+      .def_property_readonly("vocab_size", &model::TextTokenizer::vocab_size)
       .def(
           "encode",
-          [](const load::TextTokenizer& t, const py::object& text, bool add_special_tokens) {
+          [](const model::TextTokenizer& t, const py::object& text, bool add_special_tokens) {
             return t.encode(text_bytes(text), add_special_tokens);
           },
           py::arg("text"), py::arg("add_special_tokens") = true)
       .def(
           "decode",
-          [](const load::TextTokenizer& t, const std::vector<int32_t>& ids,
+          [](const model::TextTokenizer& t, const std::vector<int32_t>& ids,
              bool skip_special_tokens) {
             return py::bytes(t.decode(ids, skip_special_tokens)).attr("decode")("utf-8", "replace");
           },
           py::arg("ids"), py::arg("skip_special_tokens") = true)
       .def(
-          "token", [](const load::TextTokenizer& t, int32_t id) { return py::bytes(t.token(id)); },
+          "token", [](const model::TextTokenizer& t, int32_t id) { return py::bytes(t.token(id)); },
           py::arg("id"))
-      .def("id", &load::TextTokenizer::id, py::arg("token"));
+      .def(
+          "token_bytes",
+          [](const model::TextTokenizer& t, int32_t id) { return py::bytes(t.token_bytes(id)); },
+          py::arg("id"))
+      .def_property_readonly("lossless", &model::TextTokenizer::lossless)
+      .def("id", &model::TextTokenizer::id, py::arg("token"));
 
   py::class_<PyModel>(m, "Model")
       .def_property_readonly("config", &model_config)
       .def_property_readonly("path", [](const PyModel& self) { return self.m.path; })
       .def_property_readonly(
           "tokenizer",
-          [](const PyModel& self) -> const load::TextTokenizer& { return self.tokenizer(); },
+          [](const PyModel& self) -> const model::TextTokenizer& { return self.tokenizer(); },
           py::return_value_policy::reference_internal)
       .def_property_readonly("chat_template",
                              [](const PyModel& self) { return self.m.chat_template; })

@@ -243,3 +243,22 @@ def test_a_truncated_gguf_model_is_refused_naming_the_file(tmp_path):
     cut.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"cut\.gguf: .*"):
         headlight.load(str(cut))
+
+
+def test_token_bytes_give_back_the_text_or_readable_pieces(minilm, smollm2):
+    """Byte-level BPE: the tokens' bytes concatenate to the text, every line of the tokenizer test
+    text; WordPiece: readable pieces (no "##", spaces before words)."""
+    from pathlib import Path
+    lines = (Path(__file__).resolve().parents[2] / "data" / "tokenizer_test.txt").read_text(
+        encoding="utf-8").splitlines()
+    tok = smollm2.tokenizer
+    assert tok.lossless
+    for line in lines:
+        assert b"".join(tok.token_bytes(i) for i in tok.encode(line)) == line.encode(), line
+    wp = minilm.tokenizer
+    assert not wp.lossless
+    ids = wp.encode("Maria's keys glittered")
+    assert [wp.token(i) for i in ids] == [b"[CLS]", b"maria", b"'", b"s", b"keys", b"glitter",
+                                          b"##ed", b"[SEP]"]
+    assert [wp.token_bytes(i) for i in ids] == [b"[CLS]", b" maria", b" '", b" s", b" keys",
+                                                b" glitter", b"ed", b"[SEP]"]

@@ -83,7 +83,7 @@ std::vector<int32_t> chat_prompt(const Model& m, const std::vector<ChatMessage>&
   check(m.tokenizer.has_value(), "{}: the model has no tokenizer{}{}", m.path,
         m.tokenizer_error.empty() ? "" : ": ", m.tokenizer_error);
   check(!messages.empty(), "messages: a chat needs at least one message");
-  const TextTokenizer& tok = *m.tokenizer;
+  const model::TextTokenizer& tok = *m.tokenizer;
   const std::string bos = m.bos_id >= 0 && m.bos_id < tok.vocab_size()
                               ? tok.decode(std::vector<int32_t>{m.bos_id}, false)
                               : "";

@@ -176,7 +176,7 @@ Model load_gguf(const std::string& path) {
           .net = model::GPT(c, r),
           .max_seq_length = c.block_size};
   try {
-    m.tokenizer = TextTokenizer(tokenizer_from_gguf(f));
+    m.tokenizer = model::TextTokenizer(tokenizer_from_gguf(f));
     check(m.tokenizer->vocab_size() <= c.vocab_size,
           "{}: the tokenizer has {} tokens, more than the {} rows of token_embd.weight", path,
           m.tokenizer->vocab_size(), c.vocab_size);

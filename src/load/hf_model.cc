@@ -348,7 +348,7 @@ Model load_hf_folder(const std::string& path) {
   const fs::path tok = dir / "tokenizer.json";
   if (fs::exists(tok)) {
     try {
-      m.tokenizer = TextTokenizer::from_hf_json(read_text(tok), tok.string());
+      m.tokenizer = model::TextTokenizer::from_hf_json(read_text(tok), tok.string());
     } catch (const Error& e) {
       m.tokenizer_error = e.what();
     }

@@ -65,7 +65,7 @@ Model load_model(const std::string& path) {
           .format = Format::checkpoint,
           .architecture = "headlight",
           .net = std::move(loaded.model)};
-  if (loaded.tokenizer) m.tokenizer = TextTokenizer(std::move(*loaded.tokenizer));
+  if (loaded.tokenizer) m.tokenizer = model::TextTokenizer(std::move(*loaded.tokenizer));
   m.max_seq_length = m.net.config().block_size;
   return m;
 }

@@ -309,24 +309,29 @@ void ByteLevelBpeTokenizer::encode_chunk(std::string_view chunk, std::vector<int
   }
 }
 
+std::string ByteLevelBpeTokenizer::token_bytes(int32_t id) const {
+  const std::string& tok = token(id);
+  if (std::find(added_.begin(), added_.end(), tok) != added_.end()) return tok;
+  std::string bytes;
+  for (char32_t c : unicode::decode(tok)) {
+    const auto it = char_bytes_.find(c);
+    if (it != char_bytes_.end()) {
+      bytes.push_back(static_cast<char>(it->second));
+    } else {
+      unicode::append(bytes, c);
+    }
+  }
+  return bytes;
+}
+
 std::string ByteLevelBpeTokenizer::decode(const std::vector<int32_t>& ids,
                                           bool skip_special_tokens) const {
   std::string bytes;
   for (int32_t i : ids) {
     const std::string& tok = token(i);
-    if (std::find(added_.begin(), added_.end(), tok) != added_.end()) {  // added: its own text
-      const bool special = std::find(special_.begin(), special_.end(), tok) != special_.end();
-      if (!(special && skip_special_tokens)) bytes += tok;
+    if (skip_special_tokens && std::find(special_.begin(), special_.end(), tok) != special_.end())
       continue;
-    }
-    for (char32_t c : unicode::decode(tok)) {
-      const auto it = char_bytes_.find(c);
-      if (it != char_bytes_.end()) {
-        bytes.push_back(static_cast<char>(it->second));
-      } else {
-        unicode::append(bytes, c);
-      }
-    }
+    bytes += token_bytes(i);
   }
   return unicode::lossy(bytes);
 }

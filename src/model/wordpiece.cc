@@ -2,6 +2,7 @@
 
 #include "headlight/model/wordpiece.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <nlohmann/json.hpp>
@@ -240,6 +241,10 @@ std::string WordPieceTokenizer::decode(const std::vector<int32_t>& ids,
     out += piece;
   }
   return out;
+}
+
+bool WordPieceTokenizer::is_special(int32_t id) const {
+  return std::find(special_.begin(), special_.end(), token(id)) != special_.end();
 }
 
 }  // namespace headlight::model

@@ -23,8 +23,8 @@
 #include <string>
 #include <vector>
 
-#include "headlight/load/text_tokenizer.h"
 #include "headlight/model/gpt.h"
+#include "headlight/model/text_tokenizer.h"
 
 namespace headlight::load {
 
@@ -43,7 +43,7 @@ struct Model {
   Format format = Format::checkpoint;
   std::string architecture;  // "headlight", "BertModel", "GPT2LMHeadModel", "LlamaForCausalLM", …
   model::GPT net;
-  std::optional<TextTokenizer> tokenizer{};  // absent: the model works on token ids only
+  std::optional<model::TextTokenizer> tokenizer{};  // absent: the model works on token ids only
   std::string tokenizer_error{};  // why it is absent, when the files have one we can't read
   Pooling pooling{};
   int64_t max_seq_length = 0;      // the longest input the model's makers use (≤ block_size)

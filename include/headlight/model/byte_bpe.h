@@ -55,6 +55,9 @@ class ByteLevelBpeTokenizer {
   int64_t vocab_size() const { return static_cast<int64_t>(tokens_.size()); }
   const std::string& token(int32_t id) const;
   int32_t id(const std::string& token) const;  // −1 when absent
+  // The raw bytes a token stands for (an added token: its text); decode is their concatenation,
+  // made valid UTF-8.
+  std::string token_bytes(int32_t id) const;
   // Whether every character of `token` is one of GPT-2's byte-level characters (a token a
   // byte-level vocabulary can hold).
   static bool byte_level_spelled(std::string_view token);

@@ -35,6 +35,8 @@ class WordPieceTokenizer {
   const std::string& token(int32_t id) const;
   // The id of a token, or −1.
   int32_t id(const std::string& token) const;
+  // Whether `id` is an added token marked special ([CLS], [SEP], …).
+  bool is_special(int32_t id) const;
 
  private:
   void encode_normal(std::string_view text, std::vector<int32_t>& out) const;

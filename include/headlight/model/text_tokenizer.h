@@ -14,13 +14,13 @@
 #include "headlight/model/tokenizer.h"
 #include "headlight/model/wordpiece.h"
 
-namespace headlight::load {
+namespace headlight::model {
 
 class TextTokenizer {
  public:
-  explicit TextTokenizer(model::Tokenizer t) : t_(std::move(t)) {}
-  explicit TextTokenizer(model::WordPieceTokenizer t) : t_(std::move(t)) {}
-  explicit TextTokenizer(model::ByteLevelBpeTokenizer t) : t_(std::move(t)) {}
+  explicit TextTokenizer(Tokenizer t) : t_(std::move(t)) {}
+  explicit TextTokenizer(WordPieceTokenizer t) : t_(std::move(t)) {}
+  explicit TextTokenizer(ByteLevelBpeTokenizer t) : t_(std::move(t)) {}
   // From the text of a Hugging Face tokenizer.json (a WordPiece or a byte-level BPE model); other
   // models are an Error naming `what` and the model type.
   static TextTokenizer from_hf_json(const std::string& json, const std::string& what);
@@ -34,13 +34,21 @@ class TextTokenizer {
   std::string decode(std::span<const int32_t> ids, bool skip_special_tokens = true) const;
   // The vocabulary entry of `id` as the tokenizer spells it ("##ing", "Ġthe", raw bytes).
   std::string token(int32_t id) const;
+  // The bytes `id` stands for in text: headlight's and byte-level BPE's exactly (the concatenation
+  // over an encoding is the text, special tokens as their own text); WordPiece's as readable text
+  // ("##ing" → "ing", a word's first piece after a space, special tokens as they are), which its
+  // normalisation (lowercase, accents) keeps from being exact.
+  std::string token_bytes(int32_t id) const;
+  // Whether token_bytes over an encoding gives back the text exactly (byte offsets map to
+  // tokens).
+  bool lossless() const { return !std::holds_alternative<WordPieceTokenizer>(t_); }
   // The id of a vocabulary entry, or −1.
   int32_t id(const std::string& token) const;
   // headlight's own tokenizer (what a checkpoint stores), or nullptr.
-  const model::Tokenizer* own() const { return std::get_if<model::Tokenizer>(&t_); }
+  const Tokenizer* own() const { return std::get_if<Tokenizer>(&t_); }
 
  private:
-  std::variant<model::Tokenizer, model::WordPieceTokenizer, model::ByteLevelBpeTokenizer> t_;
+  std::variant<Tokenizer, WordPieceTokenizer, ByteLevelBpeTokenizer> t_;
 };
 
-}  // namespace headlight::load
+}  // namespace headlight::model
