@@ -81,7 +81,8 @@ void run_explain(train::LoadedModel& loaded, const std::string& model_path, cons
   o.sequences = a.sequences;
   o.curve = !a.no_curve;
   o.signatures = a.signatures;
-  const inspect::Explanation e = inspect::explain(ctx, loaded.model, *loaded.tokenizer, text, o);
+  const model::TextTokenizer tokenizer(*loaded.tokenizer);
+  const inspect::Explanation e = inspect::explain(ctx, loaded.model, tokenizer, text, o);
   fmt::print("{}{}\n\n", text, e.continuation);
   for (const std::string& line : e.summary) fmt::print("• {}\n", line);
   const std::string attention = inspect::to_json(e.capture);

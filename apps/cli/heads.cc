@@ -1,6 +1,7 @@
 // headlight heads / prune / sweep: printing and parsing around inspect/analysis.h.
 
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -24,14 +25,14 @@ struct DataArgs {
   // The checkpoint, its tokenizer and the evaluation sequences of the corpus.
   struct Loaded {
     train::LoadedModel model;
-    const model::Tokenizer* tokenizer;
-    inspect::Dataset data;
+    std::optional<model::TextTokenizer> text{};
+    inspect::Dataset data{};
+    const model::TextTokenizer* tokenizer() const { return text ? &*text : nullptr; }
   };
   Loaded load(const std::string& path) const {
-    train::LoadedModel m = train::load_model(path);
-    Loaded out{std::move(m), nullptr, {}};
-    out.tokenizer = out.model.tokenizer ? &*out.model.tokenizer : nullptr;
-    out.data = inspect::corpus_dataset(out.model.model.config(), out.tokenizer, corpus, sequences,
+    Loaded out{.model = train::load_model(path)};
+    if (out.model.tokenizer) out.text.emplace(*out.model.tokenizer);
+    out.data = inspect::corpus_dataset(out.model.model.config(), out.tokenizer(), corpus, sequences,
                                        0, signatures);
     return out;
   }
@@ -81,7 +82,7 @@ void add_heads(CLI::App& app) {
     inspect::RoleOptions o;
     o.text = a->text;
     o.signatures = a->signatures;
-    const auto rows = inspect::head_table(ctx, l.model.model, l.tokenizer, l.data, o);
+    const auto rows = inspect::head_table(ctx, l.model.model, l.tokenizer(), l.data, o);
     if (a->json) {
       fmt::print("{{\"heads\":{}}}\n", inspect::head_table_json(rows));
       return;
@@ -113,7 +114,7 @@ void add_prune(CLI::App& app) {
     auto l = a->load(a->model);
     ThreadContext ctx(a->threads);
     auto& loaded = l.model;
-    const model::Tokenizer* tok = l.tokenizer;
+    const model::Tokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
     const inspect::Dataset& d = l.data;
     if (a->curve) {
       const auto points = inspect::pruning_curve(ctx, loaded.model, d);

@@ -18,9 +18,9 @@
 
 namespace headlight::inspect {
 
-Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokenizer,
+Dataset corpus_dataset(const model::GPTConfig& c, const model::TextTokenizer* tokenizer,
                        const std::string& corpus, int64_t sequences, int64_t seq, bool signatures) {
-  const model::Tokenizer bytes = model::Tokenizer::byte_level();
+  const model::TextTokenizer bytes(model::Tokenizer::byte_level());
   if (!tokenizer) {
     check(c.vocab_size >= 256,
           "corpus: the model has no tokenizer and its vocabulary ({}) does "
@@ -32,7 +32,8 @@ Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokeni
   // Enough validation stories for the sequences asked for (a story is about 230 bytes).
   const int64_t stories = std::max<int64_t>(50, sequences * len / 50);
   const train::TextSplits text = train::load_text(corpus, 0, stories, {.signatures = signatures});
-  const auto ids = tokenizer->encode(text.validation);
+  // One stream of tokens cut into sequences: no special tokens around it.
+  const auto ids = tokenizer->encode(text.validation, /*add_special_tokens=*/false);
   return make_dataset(ids, c, len, sequences);
 }
 
@@ -50,7 +51,7 @@ std::vector<int32_t> distinct_tokens(std::span<const int32_t> ids) {
 }  // namespace
 
 std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
-                                const model::Tokenizer* tokenizer, const Dataset& d,
+                                const model::TextTokenizer* tokenizer, const Dataset& d,
                                 const RoleOptions& o) {
   const auto& c = m.config();
   RoleOptions with_tokens = o;
@@ -282,7 +283,8 @@ std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& bas
     ro.coreference_stories = so.corpus == "detective" ? 100 : 0;
     ro.signatures = so.shape.signatures;
     ro.induction_tokens = distinct_tokens(val_ids);
-    for (const RoleScores& s : score_heads(ctx, m, &tokenizer, ro)) {
+    const model::TextTokenizer text_tokenizer(tokenizer);
+    for (const RoleScores& s : score_heads(ctx, m, &text_tokenizer, ro)) {
       row.best.previous_token = std::max(row.best.previous_token, s.previous_token);
       row.best.previous_token_text = std::max(row.best.previous_token_text, s.previous_token_text);
       row.best.first_token = std::max(row.best.first_token, s.first_token);

@@ -55,7 +55,7 @@ std::vector<Word> split_words(const std::vector<std::string>& token_text) {
   return words;
 }
 
-Capture capture_tokens(ThreadContext& ctx, model::GPT& m, const model::Tokenizer* tokenizer,
+Capture capture_tokens(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer* tokenizer,
                        std::span<const int32_t> tokens) {
   const auto& c = m.config();
   const int64_t T = static_cast<int64_t>(tokens.size());
@@ -80,7 +80,7 @@ Capture capture_tokens(ThreadContext& ctx, model::GPT& m, const model::Tokenizer
   return cap;
 }
 
-Capture capture_text(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,
+Capture capture_text(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
                      std::string_view text) {
   const auto ids = tokenizer.encode(text);
   check(!ids.empty(), "text: empty");

@@ -137,7 +137,7 @@ train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
   return total;
 }
 
-Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,
+Explanation explain(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
                     const std::string& text, const ExplainOptions& o) {
   Explanation e;
   auto ids = tokenizer.encode(text);

@@ -67,7 +67,8 @@ std::string role_of(const RoleScores& s) {
   return "mixed";
 }
 
-std::vector<int64_t> byte_to_token(const model::Tokenizer& t, const std::vector<int32_t>& tokens) {
+std::vector<int64_t> byte_to_token(const model::TextTokenizer& t,
+                                   const std::vector<int32_t>& tokens) {
   std::vector<int64_t> at;
   for (size_t i = 0; i < tokens.size(); ++i)
     at.insert(at.end(), t.token_bytes(tokens[i]).size(), static_cast<int64_t>(i));
@@ -81,7 +82,7 @@ namespace {
 struct Scoring {
   ThreadContext& ctx;
   model::GPT& m;
-  const model::Tokenizer* tokenizer;
+  const model::TextTokenizer* tokenizer;
   const RoleOptions& o;
   int64_t L, H;
   bool present(int64_t l, int64_t h) const { return h < m.config().heads(l); }
@@ -161,12 +162,13 @@ void add_coreference_scores(const Scoring& sc, const std::vector<train::Story>& 
                             std::vector<RoleScores>& scores) {
   auto& [ctx, m, tokenizer, o, L, H] = sc;
   const auto& c = m.config();
-  if (tokenizer && o.coreference_stories > 0) {
+  // Words are found by byte offsets, which only a lossless tokenizer keeps.
+  if (tokenizer && tokenizer->lossless() && o.coreference_stories > 0) {
     std::vector<int64_t> by_name(static_cast<size_t>(L * H), 0), by_sentence(by_name.size(), 0);
     double chance = 0;
     int64_t counted = 0;
     for (const auto& st : stories) {
-      const auto ids = tokenizer->encode(st.text);
+      const auto ids = tokenizer->encode(st.text, /*add_special_tokens=*/false);  // offsets
       if (static_cast<int64_t>(ids.size()) > c.block_size) continue;
       const auto at = byte_to_token(*tokenizer, ids);
       auto tokens_of = [&](int64_t offset, int64_t length) {
@@ -219,7 +221,7 @@ void add_coreference_scores(const Scoring& sc, const std::vector<train::Story>& 
 }  // namespace
 
 std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
-                                    const model::Tokenizer* tokenizer, const RoleOptions& o) {
+                                    const model::TextTokenizer* tokenizer, const RoleOptions& o) {
   const auto& c = m.config();
   const Scoring sc{ctx, m, tokenizer, o, c.n_layer, c.n_head};
   std::vector<RoleScores> scores(static_cast<size_t>(c.n_layer * c.n_head));

@@ -12,6 +12,7 @@
 #include "headlight/inspect/importance.h"
 #include "headlight/inspect/roles.h"
 #include "headlight/model/gpt.h"
+#include "headlight/model/text_tokenizer.h"
 #include "headlight/model/tokenizer.h"
 #include "headlight/train/trainer.h"
 
@@ -21,7 +22,7 @@ namespace headlight::inspect {
 // tenth), tokenized with the model's tokenizer (byte-level when it has none and its vocabulary
 // holds bytes). `signatures`: detective stories with signatures (train::CorpusOptions), for a
 // model trained on them.
-Dataset corpus_dataset(const model::GPTConfig& c, const model::Tokenizer* tokenizer,
+Dataset corpus_dataset(const model::GPTConfig& c, const model::TextTokenizer* tokenizer,
                        const std::string& corpus, int64_t sequences, int64_t seq = 0,
                        bool signatures = false);
 
@@ -35,7 +36,7 @@ struct HeadRow {
 
 // Every head present in the model, layer by layer.
 std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
-                                const model::Tokenizer* tokenizer, const Dataset& d,
+                                const model::TextTokenizer* tokenizer, const Dataset& d,
                                 const RoleOptions& o);
 // The head the report opens with: the best coreference head (nullptr when rows is empty).
 const HeadRow* focus_head(const std::vector<HeadRow>& rows);

@@ -12,6 +12,7 @@
 #include "headlight/core/atomic_file.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/model/gpt.h"
+#include "headlight/model/text_tokenizer.h"
 #include "headlight/model/tokenizer.h"
 
 namespace headlight::inspect {
@@ -49,9 +50,9 @@ struct Capture {
 };
 
 // Captures the attention of `tokens` (1 ≤ length ≤ block_size; throws naming `text` otherwise).
-Capture capture_tokens(ThreadContext& ctx, model::GPT& m, const model::Tokenizer* tokenizer,
+Capture capture_tokens(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer* tokenizer,
                        std::span<const int32_t> tokens);
-Capture capture_text(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,
+Capture capture_text(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
                      std::string_view text);
 
 // The statistics of one attention matrix p [seq, seq].

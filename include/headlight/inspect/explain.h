@@ -63,7 +63,7 @@ DemoRecipe demo_recipe();
 train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
                                     const std::function<void(const train::StepReport&)>& on_step);
 
-Explanation explain(ThreadContext& ctx, model::GPT& m, const model::Tokenizer& tokenizer,
+Explanation explain(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
                     const std::string& text, const ExplainOptions& o);
 
 }  // namespace headlight::inspect

@@ -37,6 +37,7 @@
 
 #include "headlight/core/thread_context.h"
 #include "headlight/model/gpt.h"
+#include "headlight/model/text_tokenizer.h"
 #include "headlight/model/tokenizer.h"
 #include "headlight/train/corpus.h"
 
@@ -80,9 +81,10 @@ struct RoleOptions {
 
 // Scores of every head, [n_layer × n_head] (layer major); heads a pruned layer lacks get zeros.
 std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
-                                    const model::Tokenizer* tokenizer, const RoleOptions& o);
+                                    const model::TextTokenizer* tokenizer, const RoleOptions& o);
 
 // The token of each byte offset: token_at[b] for a byte b of the text `tokens` decode to.
-std::vector<int64_t> byte_to_token(const model::Tokenizer& t, const std::vector<int32_t>& tokens);
+std::vector<int64_t> byte_to_token(const model::TextTokenizer& t,
+                                   const std::vector<int32_t>& tokens);
 
 }  // namespace headlight::inspect
