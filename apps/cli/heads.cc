@@ -1,4 +1,6 @@
-// headlight heads / prune / sweep: printing and parsing around inspect/analysis.h.
+// headlight heads / prune / sweep: printing and parsing around inspect/analysis.h. `heads` and
+// `prune --curve` take any model the loaders read (load/model.h); `prune --out` writes headlight
+// checkpoints of headlight models.
 
 #include <cmath>
 #include <optional>
@@ -9,6 +11,7 @@
 #include "commands.h"
 #include "headlight/core/error.h"
 #include "headlight/inspect/analysis.h"
+#include "headlight/load/model.h"
 #include "headlight/train/checkpoint.h"
 #include "options.h"
 
@@ -19,28 +22,36 @@ namespace {
 struct DataArgs {
   std::string corpus = "detective";
   int64_t sequences = 32;
+  int64_t seq = 0;  // tokens per sequence; 0: the model's context, at most kDefaultSeq
   int threads = 0;
   bool json = false;
   bool signatures = false;
-  // The checkpoint, its tokenizer and the evaluation sequences of the corpus.
+  static constexpr int64_t kDefaultSeq = 256;
+  // The model, its tokenizer and the evaluation sequences of the corpus.
   struct Loaded {
-    train::LoadedModel model;
-    std::optional<model::TextTokenizer> text{};
+    load::Model model;
     inspect::Dataset data{};
-    const model::TextTokenizer* tokenizer() const { return text ? &*text : nullptr; }
+    const model::TextTokenizer* tokenizer() const {
+      return model.tokenizer ? &*model.tokenizer : nullptr;
+    }
   };
   Loaded load(const std::string& path) const {
-    Loaded out{.model = train::load_model(path)};
-    if (out.model.tokenizer) out.text.emplace(*out.model.tokenizer);
-    out.data = inspect::corpus_dataset(out.model.model.config(), out.tokenizer(), corpus, sequences,
-                                       0, signatures);
+    Loaded out{.model = load::load_model(path)};
+    const model::GPTConfig& c = out.model.net.config();
+    check(seq <= c.block_size, "--seq: {} is longer than the model's context {}", seq,
+          c.block_size);
+    const int64_t len = seq > 0 ? seq : std::min(c.block_size, kDefaultSeq);
+    out.data = inspect::corpus_dataset(c, out.tokenizer(), corpus, sequences, len, signatures);
     return out;
   }
   void add(CLI::App* cmd) {
     cmd->add_option("--corpus", corpus, "\"detective\" (its validation split) or a text file")
         ->capture_default_str();
-    positive(cmd->add_option("--sequences", sequences, "Evaluation sequences of block_size tokens")
-                 ->capture_default_str());
+    positive(
+        cmd->add_option("--sequences", sequences, "Evaluation sequences")->capture_default_str());
+    positive(cmd->add_option("--seq", seq,
+                             "Tokens per evaluation sequence (default: the model's context, at "
+                             "most 256)"));
     add_threads_option(cmd, threads);
     cmd->add_flag("--json", json, "Print JSON");
     cmd->add_flag("--signatures", signatures,
@@ -49,6 +60,11 @@ struct DataArgs {
   }
 };
 
+// A score with `decimals`, or "n/a" when it was not measured (NaN).
+std::string score(double v, int decimals) {
+  return std::isnan(v) ? "n/a" : fmt::format("{:.{}f}", v, decimals);
+}
+
 void print_table(const std::vector<inspect::HeadRow>& rows) {
   fmt::print(
       "{:>5} {:>4}  {:<15} {:>10} {:>9}  {:>8} {:>9} {:>6} {:>6} {:>6} {:>9} {:>11}  {:>9}\n",
@@ -56,12 +72,13 @@ void print_table(const std::vector<inspect::HeadRow>& rows) {
       "self", "induction", "coreference", "coref_sent");
   for (const auto& r : rows)
     fmt::print(
-        "{:>5} {:>4}  {:<15} {:>10.3f} {:>9.4f}  {:>8.3f} {:>9.3f} {:>6.3f} {:>6.3f} {:>6.3f} "
+        "{:>5} {:>4}  {:<15} {:>10} {:>9}  {:>8.3f} {:>9.3f} {:>6.3f} {:>6.3f} {:>6.3f} "
         "{:>9.3f} {:>5.3f} ({:>3.0f}%) {:>5.3f} ({:>3.0f}%)\n",
-        r.layer, r.head, r.role, r.importance, r.ablation, r.scores.previous_token,
-        r.scores.previous_token_text, r.scores.first_token, r.scores.local, r.scores.self,
-        r.scores.induction, r.scores.coreference, 100 * r.scores.coreference_accuracy,
-        r.scores.coreference_sentence, 100 * r.scores.coreference_sentence_accuracy);
+        r.layer, r.head, r.role, score(r.importance, 3), score(r.ablation, 4),
+        r.scores.previous_token, r.scores.previous_token_text, r.scores.first_token, r.scores.local,
+        r.scores.self, r.scores.induction, r.scores.coreference,
+        100 * r.scores.coreference_accuracy, r.scores.coreference_sentence,
+        100 * r.scores.coreference_sentence_accuracy);
 }
 
 }  // namespace
@@ -73,7 +90,7 @@ void add_heads(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("heads", "Every head's role scores, role and importance");
-  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("model", a->model, "Checkpoint, Hugging Face folder or .gguf file")->required();
   cmd->add_option("--text", a->text, "Text for the text-based scores (default: test stories)");
   a->add(cmd);
   cmd->callback([a] {
@@ -82,7 +99,7 @@ void add_heads(CLI::App& app) {
     inspect::RoleOptions o;
     o.text = a->text;
     o.signatures = a->signatures;
-    const auto rows = inspect::head_table(ctx, l.model.model, l.tokenizer(), l.data, o);
+    const auto rows = inspect::head_table(ctx, l.model.net, l.tokenizer(), l.data, o);
     if (a->json) {
       fmt::print("{{\"heads\":{}}}\n", inspect::head_table_json(rows));
       return;
@@ -100,7 +117,9 @@ void add_prune(CLI::App& app) {
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("prune", "Remove heads physically and measure the effect");
-  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("model", a->model,
+                  "Checkpoint (--curve: also a Hugging Face folder or .gguf file)")
+      ->required();
   in_range(cmd->add_option("--fraction", a->fraction, "Fraction of the heads to remove")
                ->capture_default_str(),
            0, 1);
@@ -113,11 +132,12 @@ void add_prune(CLI::App& app) {
   cmd->callback([a] {
     auto l = a->load(a->model);
     ThreadContext ctx(a->threads);
-    auto& loaded = l.model;
-    const model::Tokenizer* tok = loaded.tokenizer ? &*loaded.tokenizer : nullptr;
+    model::GPT& net = l.model.net;
+    check(net.config().lm_head,
+          "{}: pruning is judged by the LM loss, and this encoder has no LM head", a->model);
     const inspect::Dataset& d = l.data;
     if (a->curve) {
-      const auto points = inspect::pruning_curve(ctx, loaded.model, d);
+      const auto points = inspect::pruning_curve(ctx, net, d);
       if (a->json) {
         fmt::print("{{\"curve\":{}}}\n", inspect::curve_json(points));
         return;
@@ -129,9 +149,14 @@ void add_prune(CLI::App& app) {
       return;
     }
     check(!a->out.empty(), "--out: the path of the smaller checkpoint is required");
-    const auto r = inspect::prune_model(ctx, loaded.model, d, a->fraction,
-                                        inspect::parse_prune_by(a->by), a->seed);
-    train::save_model(a->out, *r.pruned, tok);
+    check(l.model.format == load::Format::checkpoint,
+          "--out: a pruned {} would lose its tokenizer in a headlight checkpoint; prune "
+          "--curve measures it",
+          load::format_name(l.model.format));
+    const model::TextTokenizer* text = l.tokenizer();
+    const auto r =
+        inspect::prune_model(ctx, net, d, a->fraction, inspect::parse_prune_by(a->by), a->seed);
+    train::save_model(a->out, *r.pruned, text ? text->own() : nullptr);
     if (a->json) {
       auto removed = nlohmann::json::array();
       for (const auto& [l, h] : r.heads_removed) removed.push_back({l, h});
@@ -146,9 +171,8 @@ void add_prune(CLI::App& app) {
     fmt::print(
         "removed {} of {} heads by {}: loss {:.4f} → {:.4f}; forward {:.4f} s → {:.4f} s "
         "({:.2f}× faster); wrote {}\n",
-        r.heads_removed.size(), loaded.model.config().total_heads(), a->by, r.loss_before,
-        r.loss_after, r.seconds_before, r.seconds_after, r.seconds_before / r.seconds_after,
-        a->out);
+        r.heads_removed.size(), net.config().total_heads(), a->by, r.loss_before, r.loss_after,
+        r.seconds_before, r.seconds_after, r.seconds_before / r.seconds_after, a->out);
   });
 }
 

@@ -369,3 +369,4 @@ def test_packed_sequences_equal_separate_runs(folders, name, rng):
         assert rel_err(grads[k], want_grads[k]) < 1e-5, k
     with pytest.raises(ValueError, match="lengths: they add up to 25, the tokens are 26"):
         m.forward(np.concatenate([packed, packed[:, :1]], axis=1), lengths=lengths)
+

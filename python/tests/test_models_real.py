@@ -262,3 +262,46 @@ def test_token_bytes_give_back_the_text_or_readable_pieces(minilm, smollm2):
                                           b"##ed", b"[SEP]"]
     assert [wp.token_bytes(i) for i in ids] == [b"[CLS]", b" maria", b" '", b" s", b" keys",
                                                 b" glitter", b"ed", b"[SEP]"]
+
+
+def test_heads_and_prune_on_real_models(smollm2_tokenizer, tmp_path):
+    """`heads` on an encoder without an LM head (MiniLM: roles, importance not measured) and on a
+    small Llama folder with a real tokenizer (importance and ablation on its LM loss); `prune
+    --curve` on the Llama; a pruned real model is not written into a checkpoint that would lose
+    its tokenizer."""
+    import json
+    import subprocess
+    from pathlib import Path
+    from transformers import LlamaConfig, LlamaForCausalLM
+    cli = Path(__file__).resolve().parents[2] / "build" / "release" / "apps" / "cli" / "headlight"
+
+    def run(*args, check=True):
+        return subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True,
+                              check=check)
+
+    heads = json.loads(run("heads", MINILM_DIR, "--sequences", 2, "--seq", 32, "--threads", 2,
+                           "--json").stdout)["heads"]
+    assert len(heads) == 6 * 12
+    assert all(h["importance"] is None and h["ablation"] is None for h in heads)
+    assert max(h["scores"]["previous_token"] for h in heads if h["layer"] == 0) > 0.9
+    r = run("prune", MINILM_DIR, "--curve", check=False)
+    assert r.returncode != 0 and "this encoder has no LM head" in r.stderr
+
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
+                      tie_word_embeddings=True)
+    LlamaForCausalLM(cfg).save_pretrained(tmp_path / "llama")
+    smollm2_tokenizer.save_pretrained(tmp_path / "llama")
+    heads = json.loads(run("heads", tmp_path / "llama", "--sequences", 2, "--seq", 64, "--json")
+                       .stdout)["heads"]
+    assert len(heads) == 2 * 4
+    assert all(np.isfinite(h["importance"]) and np.isfinite(h["ablation"]) for h in heads)
+    curve = json.loads(run("prune", tmp_path / "llama", "--curve", "--sequences", 2, "--seq", 64,
+                           "--json").stdout)["curve"]
+    assert {p["method"] for p in curve} >= {"importance", "random"}
+    r = run("prune", tmp_path / "llama", "--sequences", 2, "--seq", 64, "--out",
+            tmp_path / "p.safetensors", check=False)
+    assert r.returncode != 0 and "would lose its tokenizer" in r.stderr
+    assert not (tmp_path / "p.safetensors").exists()
+    r = run("heads", tmp_path / "llama", "--seq", 5000, check=False)
+    assert r.returncode != 0 and "--seq: 5000 is longer than the model's context 4096" in r.stderr

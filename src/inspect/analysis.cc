@@ -58,8 +58,12 @@ std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
   if (with_tokens.induction_tokens.empty())
     with_tokens.induction_tokens = distinct_tokens(d.tokens);
   const auto scores = score_heads(ctx, m, tokenizer, with_tokens);
-  const auto grad = gradient_importance(ctx, m, d);
-  const auto abl = ablation_importance(ctx, m, d);
+  // Importance is measured on the LM loss; an encoder without an LM head has none (NaN).
+  const size_t n = static_cast<size_t>(c.n_layer * c.n_head);
+  const auto grad = c.lm_head ? gradient_importance(ctx, m, d)
+                              : std::vector<double>(n, std::numeric_limits<double>::quiet_NaN());
+  const auto abl = c.lm_head ? ablation_importance(ctx, m, d)
+                             : std::vector<double>(n, std::numeric_limits<double>::quiet_NaN());
   std::vector<HeadRow> rows;
   for (int64_t l = 0; l < c.n_layer; ++l)
     for (int64_t h = 0; h < c.heads(l); ++h) {

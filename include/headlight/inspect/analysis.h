@@ -30,8 +30,8 @@ struct HeadRow {
   int64_t layer = 0, head = 0;
   RoleScores scores;
   std::string role;
-  double importance = 0;  // gradient importance, normalised per layer
-  double ablation = 0;    // loss increase with the head's gate at 0
+  double importance = 0;  // gradient importance, normalised per layer (NaN: no LM loss)
+  double ablation = 0;    // loss increase with the head's gate at 0 (NaN: no LM loss)
 };
 
 // Every head present in the model, layer by layer.
