@@ -11,6 +11,7 @@
 #include "headlight/core/atomic_file.h"
 #include "headlight/core/error.h"
 #include "headlight/inspect/explain.h"
+#include "headlight/load/model.h"
 #include "headlight/train/checkpoint.h"
 #include "headlight/train/corpus.h"
 #include "headlight/train/trainer.h"
@@ -31,6 +32,7 @@ struct ExplainArgs {
   std::string capture_json;  // the capture as JSON
   std::string npy;           // the probabilities [n_layer, n_head, T, T] as .npy
   int64_t sequences = 32;
+  int64_t seq = 0;  // tokens per evaluation sequence (0: the context, at most 256)
   int threads = 0;
   bool no_curve = false;
   bool signatures = false;  // the model was trained on stories with signatures
@@ -71,22 +73,22 @@ viz::ReportInput report_input(const std::string& model_path, const model::GPTCon
   return in;
 }
 
-void run_explain(train::LoadedModel& loaded, const std::string& model_path, const std::string& text,
+void run_explain(load::Model& loaded, const std::string& model_path, const std::string& text,
                  const ExplainArgs& a) {
-  check(loaded.tokenizer.has_value(), "{}: the checkpoint has no tokenizer to read text with",
-        model_path);
+  check(loaded.tokenizer.has_value(), "{}: the model has no tokenizer to read text with{}{}",
+        model_path, loaded.tokenizer_error.empty() ? "" : ": ", loaded.tokenizer_error);
   ExplainOutputs out(a);
   ThreadContext ctx(a.threads);
   inspect::ExplainOptions o;
   o.sequences = a.sequences;
+  o.seq = a.seq;
   o.curve = !a.no_curve;
   o.signatures = a.signatures;
-  const model::TextTokenizer tokenizer(*loaded.tokenizer);
-  const inspect::Explanation e = inspect::explain(ctx, loaded.model, tokenizer, text, o);
+  const inspect::Explanation e = inspect::explain(ctx, loaded.net, *loaded.tokenizer, text, o);
   fmt::print("{}{}\n\n", text, e.continuation);
   for (const std::string& line : e.summary) fmt::print("• {}\n", line);
   const std::string attention = inspect::to_json(e.capture);
-  viz::write_report(out.report, report_input(model_path, loaded.model.config(), e, attention));
+  viz::write_report(out.report, report_input(model_path, loaded.net.config(), e, attention));
   fmt::print("\nwrote {}\n", a.report);
   if (out.capture_json) {
     out.capture_json->write(attention + "\n");
@@ -116,6 +118,9 @@ void add_explain_options(CLI::App* cmd, ExplainArgs& a) {
   positive(
       cmd->add_option("--sequences", a.sequences, "Validation sequences for importance and pruning")
           ->capture_default_str());
+  positive(cmd->add_option("--seq", a.seq,
+                           "Tokens per validation sequence (default: the model's context, at "
+                           "most 256)"));
   cmd->add_flag("--no-curve", a.no_curve, "Skip the pruning curves (faster)");
   add_threads_option(cmd, a.threads);
   cmd->add_flag("--signatures", a.signatures,
@@ -159,7 +164,7 @@ void add_demo(CLI::App& app) {
       fmt::print(stderr, "retrained in {:.0f} s: validation loss {:.4f}\n", res.seconds,
                  res.val_loss);
     }
-    train::LoadedModel loaded = train::load_model(path);
+    load::Model loaded = load::load_model(path);
     run_explain(loaded, path, a->text, *a);
   });
 }
@@ -171,11 +176,12 @@ void add_explain(CLI::App& app) {
   auto a = std::make_shared<Args>();
   a->report = "report.html";
   auto* cmd = app.add_subcommand("explain", "The head report of any model on any text");
-  cmd->add_option("model", a->model, "Checkpoint (safetensors)")->required();
+  cmd->add_option("model", a->model, "Checkpoint, Hugging Face folder or .gguf file (a decoder)")
+      ->required();
   cmd->add_option("text", a->text, "The text")->required();
   add_explain_options(cmd, *a);
   cmd->callback([a] {
-    train::LoadedModel loaded = train::load_model(a->model);
+    load::Model loaded = load::load_model(a->model);
     run_explain(loaded, a->model, a->text, *a);
   });
 }

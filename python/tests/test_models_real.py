@@ -264,7 +264,7 @@ def test_token_bytes_give_back_the_text_or_readable_pieces(minilm, smollm2):
                                                 b" glitter", b"ed", b"[SEP]"]
 
 
-def test_heads_and_prune_on_real_models(smollm2_tokenizer, tmp_path):
+def test_head_tools_on_real_models(smollm2_tokenizer, tmp_path):
     """`heads` on an encoder without an LM head (MiniLM: roles, importance not measured) and on a
     small Llama folder with a real tokenizer (importance and ablation on its LM loss); `prune
     --curve` on the Llama; a pruned real model is not written into a checkpoint that would lose
@@ -305,3 +305,21 @@ def test_heads_and_prune_on_real_models(smollm2_tokenizer, tmp_path):
     assert not (tmp_path / "p.safetensors").exists()
     r = run("heads", tmp_path / "llama", "--seq", 5000, check=False)
     assert r.returncode != 0 and "--seq: 5000 is longer than the model's context 4096" in r.stderr
+
+    # explain: a decoder without grouped-query heads gets the whole report; the others a clear
+    # error before any work, and no report.
+    from transformers import GPT2Config, GPT2LMHeadModel
+    GPT2LMHeadModel(GPT2Config(vocab_size=49152, n_embd=32, n_layer=2, n_head=4,
+                               n_positions=128)).save_pretrained(tmp_path / "gpt2")
+    smollm2_tokenizer.save_pretrained(tmp_path / "gpt2")
+    report = tmp_path / "report.html"
+    r = run("explain", tmp_path / "gpt2", "Maria lost her keys; later she found them.",
+            "--sequences", 2, "--seq", 64, "--no-curve", "--report", report)
+    assert "Continuation:" in r.stdout and "Previous-token head" in r.stdout
+    assert "<html" in report.read_text()[:200].lower()
+    for model, message in [(tmp_path / "llama", "grouped-query model"),
+                           (MINILM_DIR, "this encoder has no LM head")]:
+        report.unlink(missing_ok=True)
+        r = run("explain", model, "text", "--report", report, check=False)
+        assert r.returncode != 0 and message in r.stderr
+        assert not report.exists()

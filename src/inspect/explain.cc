@@ -140,9 +140,17 @@ train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
 Explanation explain(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
                     const std::string& text, const ExplainOptions& o) {
   Explanation e;
+  check(m.config().lm_head,
+        "explain: the report continues the text and prunes by the LM loss, and this encoder has "
+        "no LM head (`headlight heads` gives its roles)");
   auto ids = tokenizer.encode(text);
   check(!ids.empty(), "text: empty");
   const int64_t block = m.config().block_size;
+  check(o.seq <= block, "seq: {} is longer than the model's context {}", o.seq, block);
+  check(m.config().n_kv_head == m.config().n_head,
+        "explain: the report prunes single heads, and a grouped-query model (n_kv_head {} < n_head "
+        "{}) cannot lose them yet (`headlight heads` gives its roles and importance)",
+        m.config().n_kv_head, m.config().n_head);
   if (static_cast<int64_t>(ids.size()) > block)
     ids.erase(ids.begin(), ids.end() - block);  // the last block_size tokens
   model::SamplingOptions greedy{.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
@@ -150,7 +158,9 @@ Explanation explain(ThreadContext& ctx, model::GPT& m, const model::TextTokenize
   e.continuation = tokenizer.decode(next);
   e.capture = capture_tokens(ctx, m, &tokenizer, ids);
 
-  const Dataset d = corpus_dataset(m.config(), &tokenizer, o.corpus, o.sequences, 0, o.signatures);
+  const int64_t len = o.seq > 0 ? o.seq : std::min<int64_t>(block, 256);
+  const Dataset d =
+      corpus_dataset(m.config(), &tokenizer, o.corpus, o.sequences, len, o.signatures);
   RoleOptions ro;
   ro.coreference_stories = o.corpus == "detective" ? 200 : 0;
   ro.signatures = o.signatures;

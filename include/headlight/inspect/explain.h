@@ -18,6 +18,7 @@ namespace headlight::inspect {
 struct ExplainOptions {
   int64_t new_tokens = 12;  // greedy continuation of the text
   int64_t sequences = 32;   // evaluation sequences for importance and pruning
+  int64_t seq = 0;          // tokens per sequence; 0: the model's context, at most 256
   double prune_fraction = 0.3;
   int64_t random_seeds = 5;
   bool curve = true;
