@@ -14,6 +14,7 @@
 #include "conversions.h"
 #include "gpt_bindings.h"
 #include "headlight/core/error.h"
+#include "headlight/inspect/coreference.h"
 #include "headlight/load/chat.h"
 #include "headlight/load/embed.h"
 #include "headlight/load/model.h"
@@ -206,6 +207,25 @@ void bind_load(py::module_& m) {
             return load::chat_prompt(self.m, ms, add_generation_prompt);
           },
           py::arg("messages"), py::arg("add_generation_prompt") = true)
+      .def(
+          "coreference",
+          [](PyModel& self, const std::string& path) {
+            const auto passages = inspect::read_coreference_passages(path);
+            inspect::CorefResult r;
+            {
+              py::gil_scoped_release release;
+              r = inspect::natural_coreference(self.ctx, self.m.net, self.tokenizer(), passages);
+            }
+            const auto& c = self.m.net.config();
+            py::array_t<double> acc({c.n_layer, c.n_head});
+            std::copy(r.accuracy.begin(), r.accuracy.end(), acc.mutable_data());
+            py::dict out;
+            out["passages"] = r.passages;
+            out["accuracy"] = acc;
+            out["nearest_name_accuracy"] = r.nearest_name_accuracy;
+            return out;
+          },
+          py::arg("path"))
       .def("encode", &model_encode, py::arg("texts"), py::arg("batch_size") = 32)
       .def("backward", &model_backward, py::arg("tokens"), py::arg("doutput"),
            py::arg("token_types") = py::none(), py::arg("lengths") = py::none())

@@ -323,3 +323,72 @@ def test_head_tools_on_real_models(smollm2_tokenizer, tmp_path):
         r = run("explain", model, "text", "--report", report, check=False)
         assert r.returncode != 0 and message in r.stderr
         assert not report.exists()
+
+
+def reference_coreference(model, passages):
+    """The scoring of inspect/coreference.h written again from its description: tokens aligned to
+    the text's non-space characters (case aside), spans summed, the pronoun's first token's row."""
+    tok = model.tokenizer
+    c = model.config
+    right = np.zeros((c["n_layer"], c["n_head"]))
+    nearest = scored = 0
+    for p in passages:
+        text = p["text"]
+        ids = tok.encode(text)
+        owner = [-1] * len(text)
+        pos = 0
+        for t, i in enumerate(ids):
+            content = "".join(ch.lower() for ch in tok.token_bytes(i).decode() if not ch.isspace())
+            q, taken = pos, []
+            for ch in content:
+                while q < len(text) and text[q].isspace():
+                    q += 1
+                if q >= len(text) or text[q].lower() != ch:
+                    taken = None
+                    break
+                taken.append(q)
+                q += 1
+            if content and taken is not None:
+                for k in taken:
+                    owner[k] = t
+                pos = q
+        def span(at, length):
+            ts = [owner[k] for k in range(at, at + length) if owner[k] >= 0]
+            return ts[0], ts[-1]
+        pron = owner[p["pronoun_at"]]
+        ante = span(p["antecedent"]["at"], len(p["antecedent"]["name"]))
+        others = [span(d["at"], len(d["name"])) for d in p["distractors"]]
+        att = model.attention(np.array([ids], dtype=np.int32))
+        w = lambda s: att[:, :, pron, s[0]:s[1] + 1].sum(-1)
+        best = np.ones(right.shape, dtype=bool)
+        for o in others:
+            best &= w(ante) > w(o)
+        right += best
+        nearest += all(ante[1] > o[1] for o in others)
+        scored += 1
+    return scored, right / scored, nearest / scored
+
+
+def test_natural_coreference_equals_its_description(minilm, smollm2, tmp_path):
+    """Model.coreference against the scoring rewritten in numpy on the first 20 passages, for
+    WordPiece (MiniLM) and byte-level BPE (SmolLM2); the whole set scores every passage."""
+    import json
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "data" / "coreference.json"
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    subset = tmp_path / "coreference.json"
+    subset.write_text(json.dumps({"passages": doc["passages"][:20]}))
+    for model in (minilm, smollm2):
+        got = model.coreference(str(subset))
+        scored, accuracy, nearest = reference_coreference(model, doc["passages"][:20])
+        assert got["passages"] == scored == 20
+        assert np.array_equal(got["accuracy"], accuracy)
+        assert got["nearest_name_accuracy"] == pytest.approx(nearest)
+    full = minilm.coreference(str(path))
+    assert full["passages"] == len(doc["passages"]) >= 60
+    assert 0.5 < full["nearest_name_accuracy"] < 0.7
+    with pytest.raises(ValueError, match=r"passage 0: distractor \"Nobody\" is not at its offset"):
+        bad = dict(doc["passages"][0])
+        bad["distractors"] = [{"name": "Nobody", "at": 0}]
+        subset.write_text(json.dumps({"passages": [bad]}))
+        minilm.coreference(str(subset))

@@ -1,0 +1,53 @@
+// Coreference on natural text: short passages, each with a pronoun, its antecedent and other
+// names it could wrongly link to (data/coreference.json, data/README.md). A head is right on a
+// passage when the pronoun's row attends more to the antecedent's span than to every other name's
+// span, a name of several tokens counting as one span (the sum of its tokens' weights). Scored
+// through the model's own tokenizer: character offsets map to tokens by aligning the tokens'
+// text with the passage's (case and spaces aside), so WordPiece and byte-level BPE both work; the
+// pronoun's row is its first token's. The baseline is the rule "the nearest preceding name".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "headlight/core/thread_context.h"
+#include "headlight/model/gpt.h"
+#include "headlight/model/text_tokenizer.h"
+
+namespace headlight::inspect {
+
+struct CorefName {
+  std::string name;
+  int64_t at = 0;  // byte offset into the text
+};
+
+struct CorefPassage {
+  std::string text;
+  std::string pronoun;
+  int64_t pronoun_at = 0;  // byte offset into the text
+  CorefName antecedent;
+  std::vector<CorefName> distractors;
+};
+
+// Reads and checks data/coreference.json's form (character offsets converted to byte offsets);
+// errors name the file, the passage and the field.
+std::vector<CorefPassage> read_coreference_passages(const std::string& path);
+
+struct CorefResult {
+  int64_t passages = 0;              // scored (fitting the context, aligned with their tokens)
+  std::vector<double> accuracy;      // [n_layer, n_head]: fraction of passages a head gets right
+  double nearest_name_accuracy = 0;  // the rule "the nearest preceding name"
+};
+
+CorefResult natural_coreference(ThreadContext& ctx, model::GPT& m,
+                                const model::TextTokenizer& tokenizer,
+                                const std::vector<CorefPassage>& passages);
+
+// The token (index into ids) of each byte of `text`: −1 for spaces no token holds. Tokens whose
+// text does not come next in the passage (special tokens) hold no bytes. Throws when some
+// non-space byte is left to no token (a tokenizer that drops or changes characters).
+std::vector<int64_t> token_of_byte(const model::TextTokenizer& tokenizer,
+                                   const std::vector<int32_t>& ids, const std::string& text);
+
+}  // namespace headlight::inspect
