@@ -279,8 +279,16 @@ def test_head_tools_on_real_models(smollm2_tokenizer, tmp_path):
         return subprocess.run([str(cli), *map(str, args)], capture_output=True, text=True,
                               check=check)
 
-    heads = json.loads(run("heads", MINILM_DIR, "--sequences", 2, "--seq", 32, "--threads", 2,
-                           "--json").stdout)["heads"]
+    coref = Path(__file__).resolve().parents[2] / "data" / "coreference.json"
+    doc = json.loads(run("heads", MINILM_DIR, "--sequences", 2, "--seq", 32, "--threads", 2,
+                         "--coreference", coref, "--json").stdout)
+    heads = doc["heads"]
+    assert doc["coreference"]["passages"] == 68
+    assert np.array(doc["coreference"]["accuracy"]).shape == (6, 12)
+    r = run("heads", MINILM_DIR, "--sequences", 2, "--seq", 32, "--coreference", coref)
+    assert "natural coreference over 68 passages" in r.stdout and "best heads: layer" in r.stdout
+    r = run("heads", MINILM_DIR, "--coreference", tmp_path / "absent.json", check=False)
+    assert r.returncode != 0 and "absent.json: cannot be read" in r.stderr
     assert len(heads) == 6 * 12
     assert all(h["importance"] is None and h["ablation"] is None for h in heads)
     assert max(h["scores"]["previous_token"] for h in heads if h["layer"] == 0) > 0.9

@@ -188,4 +188,18 @@ CorefResult natural_coreference(ThreadContext& ctx, model::GPT& m,
   return r;
 }
 
+std::string coreference_json(const CorefResult& r, int64_t n_layer, int64_t n_head) {
+  auto layers = nlohmann::json::array();
+  for (int64_t l = 0; l < n_layer; ++l) {
+    auto row = nlohmann::json::array();
+    for (int64_t h = 0; h < n_head; ++h)
+      row.push_back(r.accuracy.empty() ? 0.0 : r.accuracy[static_cast<size_t>(l * n_head + h)]);
+    layers.push_back(row);
+  }
+  return nlohmann::json{{"passages", r.passages},
+                        {"nearest_name_accuracy", r.nearest_name_accuracy},
+                        {"accuracy", layers}}
+      .dump();
+}
+
 }  // namespace headlight::inspect

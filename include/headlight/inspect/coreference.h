@@ -44,6 +44,10 @@ CorefResult natural_coreference(ThreadContext& ctx, model::GPT& m,
                                 const model::TextTokenizer& tokenizer,
                                 const std::vector<CorefPassage>& passages);
 
+// {"passages": n, "nearest_name_accuracy": x, "accuracy": [[head accuracy, …] per layer]}, the
+// document `headlight heads --coreference FILE --json` prints under "coreference".
+std::string coreference_json(const CorefResult& r, int64_t n_layer, int64_t n_head);
+
 // The token (index into ids) of each byte of `text`: −1 for spaces no token holds. Tokens whose
 // text does not come next in the passage (special tokens) hold no bytes. Throws when some
 // non-space byte is left to no token (a tokenizer that drops or changes characters).
