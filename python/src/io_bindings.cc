@@ -7,13 +7,12 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include "gpt_bindings.h"
 #include "headlight/core/error.h"
+#include "headlight/core/read_file.h"
 #include "headlight/io/gguf.h"
 #include "headlight/io/safetensors.h"
 #include "headlight/load/gguf_tokenizer.h"
@@ -99,14 +98,6 @@ py::tuple read_safetensors(const std::string& path) {
   return py::make_tuple(metadata, tensors);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot open", path);
-  std::stringstream buf;
-  buf << in.rdbuf();
-  return buf.str();
-}
-
 }  // namespace
 
 void bind_io(py::module_& m) {
@@ -114,7 +105,7 @@ void bind_io(py::module_& m) {
       .def_static(
           "from_file",
           [](const std::string& path) {
-            return model::WordPieceTokenizer::from_hf_json(read_text(path), path);
+            return model::WordPieceTokenizer::from_hf_json(read_file(path), path);
           },
           py::arg("path"), "From a Hugging Face tokenizer.json whose model is WordPiece.")
       .def("encode", &model::WordPieceTokenizer::encode, py::arg("text"),
@@ -127,7 +118,7 @@ void bind_io(py::module_& m) {
       .def_static(
           "from_file",
           [](const std::string& path) {
-            return model::ByteLevelBpeTokenizer::from_hf_json(read_text(path), path);
+            return model::ByteLevelBpeTokenizer::from_hf_json(read_file(path), path);
           },
           py::arg("path"), "From a Hugging Face tokenizer.json whose model is byte-level BPE.")
       .def_static(

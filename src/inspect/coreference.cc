@@ -3,12 +3,11 @@
 #include "headlight/inspect/coreference.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "headlight/core/error.h"
+#include "headlight/core/read_file.h"
 #include "headlight/inspect/capture.h"
 
 namespace headlight::inspect {
@@ -47,13 +46,10 @@ std::pair<int64_t, int64_t> span_of(const std::vector<int64_t>& map, int64_t at,
 }  // namespace
 
 std::vector<CorefPassage> read_coreference_passages(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot be read", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_file(path);
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(ss.str());
+    j = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON ({})", path, e.what());
   }

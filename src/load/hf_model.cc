@@ -3,12 +3,11 @@
 // template and sentence-transformers' modules.json.
 
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include <fmt/format.h>
 
+#include "headlight/core/read_file.h"
 #include "headlight/io/safetensors.h"
 #include "headlight/load/model.h"
 #include "src/load/json_fields.h"
@@ -23,14 +22,6 @@ namespace fs = std::filesystem;
 using model::GPTConfig;
 
 const char* const kSupported = "BertModel, GPT2LMHeadModel, LlamaForCausalLM";
-
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  check(in.good(), "{}: cannot be read", p.string());
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 ops::Activation activation_of(const JsonFields& f, const char* key, const std::string& fallback) {
   const std::string a = f.string(key, fallback);
@@ -250,7 +241,7 @@ void read_sentence_transformers(const fs::path& dir, Model& m) {
   if (!fs::exists(modules)) return;
   nlohmann::json list;
   try {
-    list = nlohmann::json::parse(read_text(modules));
+    list = nlohmann::json::parse(read_file(modules.string()));
   } catch (const nlohmann::json::exception& e) {
     fail("{}: not valid JSON ({})", modules.string(), e.what());
   }
@@ -348,7 +339,7 @@ Model load_hf_folder(const std::string& path) {
   const fs::path tok = dir / "tokenizer.json";
   if (fs::exists(tok)) {
     try {
-      m.tokenizer = model::TextTokenizer::from_hf_json(read_text(tok), tok.string());
+      m.tokenizer = model::TextTokenizer::from_hf_json(read_file(tok.string()), tok.string());
     } catch (const Error& e) {
       m.tokenizer_error = e.what();
     }
@@ -366,7 +357,7 @@ Model load_hf_folder(const std::string& path) {
       m.chat_template = t["chat_template"].get<std::string>();
   }
   if (m.chat_template.empty() && fs::exists(dir / "chat_template.jinja"))
-    m.chat_template = read_text(dir / "chat_template.jinja");
+    m.chat_template = read_file((dir / "chat_template.jinja").string());
   if (kind == kBert) read_sentence_transformers(dir, m);
   return m;
 }

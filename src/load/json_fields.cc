@@ -2,8 +2,7 @@
 
 #include "src/load/json_fields.h"
 
-#include <fstream>
-#include <sstream>
+#include "headlight/core/read_file.h"
 
 namespace headlight::load {
 
@@ -19,11 +18,7 @@ nlohmann::json parse_json_object(const std::string& text, const std::string& wha
 }
 
 nlohmann::json read_json_object(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "{}: cannot be read", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_json_object(ss.str(), path);
+  return parse_json_object(read_file(path), path);
 }
 
 int64_t JsonFields::size(const char* key) const {
