@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "conversions.h"
+#include "gpt_calls.h"
 #include "headlight/core/error.h"
 #include "headlight/model/sampling.h"
 #include "headlight/train/checkpoint.h"
@@ -51,13 +52,6 @@ model::GPTConfig config_from(const py::dict& d) {
   return model::config_from_json(text);
 }
 
-py::dict state_dict(const model::GPT& m, const float* base) {
-  py::dict out;
-  for (const auto& e : m.layout().entries())
-    out[py::str(e.name)] = copy_to_numpy(base + e.offset, e.shape);
-  return out;
-}
-
 // ---- GPT methods that do more than convert arguments.
 
 py::array_t<float> gpt_forward(PyGPT& self, const py::object& tokens) {
@@ -80,7 +74,7 @@ py::tuple gpt_loss_and_grads(PyGPT& self, const py::object& tokens, const py::ob
     self.model->zero_grads();
     loss = self.model->forward_backward(self.ctx, x.data(), y.data(), b, t);
   }
-  return py::make_tuple(loss, state_dict(*self.model, self.model->grads()));
+  return py::make_tuple(loss, named_arrays(*self.model, self.model->grads()));
 }
 
 double gpt_loss(PyGPT& self, const py::object& tokens, const py::object& targets) {
@@ -90,37 +84,14 @@ double gpt_loss(PyGPT& self, const py::object& tokens, const py::object& targets
   return self.model->loss(self.ctx, x.data(), y.data(), b, t);
 }
 
-// Every layer's and head's attention [n_layer, n_head, T, T] for one sequence (zeros for the heads
-// a pruned layer lacks).
-py::array_t<float> gpt_attention(PyGPT& self, const py::object& tokens) {
-  int64_t b, t;
-  auto arr = token_array(tokens, "tokens", b, t);
-  check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
-  const auto& c = self.model->config();
-  py::array_t<float> probs({c.n_layer, c.n_head, t, t});
-  std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(), 0.0f);
-  model::ForwardOptions o;
-  o.attention_probs = probs.mutable_data();
-  {
-    py::gil_scoped_release release;
-    self.model->forward(self.ctx, arr.data(), b, t, o);
-  }
-  return probs;
-}
-
 std::vector<int32_t> gpt_generate(PyGPT& self, const py::object& tokens, int64_t max_new_tokens,
                                   float temperature, std::optional<int64_t> top_k,
                                   std::optional<float> top_p, uint64_t seed) {
-  int64_t b, t;
-  auto arr = token_array(tokens, "tokens", b, t);
-  check(b == 1, "tokens: generate() takes one sequence, got a batch of {}", b);
-  const model::SamplingOptions o{.temperature = temperature,
-                                 .top_k = top_k.value_or(0),
-                                 .top_p = top_p.value_or(1.0f),
-                                 .seed = seed};
-  py::gil_scoped_release release;
-  return model::generate(self.ctx, *self.model, {arr.data(), static_cast<size_t>(t)},
-                         max_new_tokens, o);
+  return generate_from(self.ctx, *self.model, tokens, max_new_tokens,
+                       {.temperature = temperature,
+                        .top_k = top_k.value_or(0),
+                        .top_p = top_p.value_or(1.0f),
+                        .seed = seed});
 }
 
 // Checks every entry before writing any, so that a bad dict leaves the model unchanged.
@@ -212,12 +183,17 @@ void bind_gpt_model(py::module_& m) {
       .def("forward", &gpt_forward, py::arg("tokens"))
       .def("loss_and_grads", &gpt_loss_and_grads, py::arg("tokens"), py::arg("targets"))
       .def("loss", &gpt_loss, py::arg("tokens"), py::arg("targets"))
-      .def("attention", &gpt_attention, py::arg("tokens"))
+      .def(
+          "attention",
+          [](PyGPT& self, const py::object& tokens) {
+            return attention_of(self.ctx, *self.model, tokens);
+          },
+          py::arg("tokens"))
       .def("generate", &gpt_generate, py::arg("tokens"), py::arg("max_new_tokens"),
            py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
            py::arg("top_p") = py::none(), py::arg("seed") = 0)
       .def("state_dict",
-           [](const PyGPT& self) { return state_dict(*self.model, self.model->params()); })
+           [](const PyGPT& self) { return named_arrays(*self.model, self.model->params()); })
       .def("load_state_dict", &gpt_load_state_dict, py::arg("state_dict"))
       .def_property(
           "gates",

@@ -13,6 +13,7 @@
 
 #include "conversions.h"
 #include "gpt_bindings.h"
+#include "gpt_calls.h"
 #include "headlight/core/error.h"
 #include "headlight/inspect/coreference.h"
 #include "headlight/load/chat.h"
@@ -83,37 +84,15 @@ py::array_t<float> model_forward(PyModel& self, const py::object& tokens,
   return copy_to_numpy(out, {b, t, self.m.net.config().output_width()});
 }
 
-py::array_t<float> model_attention(PyModel& self, const py::object& tokens) {
-  int64_t b, t;
-  auto arr = token_array(tokens, "tokens", b, t);
-  check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
-  const auto& c = self.m.net.config();
-  py::array_t<float> probs({c.n_layer, c.n_head, t, t});
-  std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(), 0.0f);
-  model::ForwardOptions o;
-  o.inference = true;
-  o.attention_probs = probs.mutable_data();
-  {
-    py::gil_scoped_release release;
-    self.m.net.forward(self.ctx, arr.data(), b, t, o);
-  }
-  return probs;
-}
-
 std::vector<int32_t> model_generate(PyModel& self, const py::object& tokens, int64_t max_new_tokens,
                                     float temperature, std::optional<int64_t> top_k,
                                     std::optional<float> top_p, uint64_t seed, bool stop_at_eos) {
-  int64_t b, t;
-  auto arr = token_array(tokens, "tokens", b, t);
-  check(b == 1, "tokens: generate() takes one sequence, got a batch of {}", b);
   model::SamplingOptions o{.temperature = temperature,
                            .top_k = top_k.value_or(0),
                            .top_p = top_p.value_or(1.0f),
                            .seed = seed};
   if (stop_at_eos) o.stop_tokens = self.m.eos_ids;
-  py::gil_scoped_release release;
-  return model::generate(self.ctx, self.m.net, {arr.data(), static_cast<size_t>(t)}, max_new_tokens,
-                         o);
+  return generate_from(self.ctx, self.m.net, tokens, max_new_tokens, o);
 }
 
 // The forward, then the backward from doutput (the gradient of the forward's output: logits, or
@@ -135,10 +114,7 @@ py::dict model_backward(PyModel& self, const py::object& tokens, const py::objec
     self.m.net.forward(self.ctx, in.tokens.data(), b, t, in.options);
     self.m.net.backward(self.ctx, in.tokens.data(), g.data(), in.options);
   }
-  py::dict out;
-  for (const auto& e : self.m.net.layout().entries())
-    out[py::str(e.name)] = copy_to_numpy(self.m.net.grads() + e.offset, e.shape);
-  return out;
+  return named_arrays(self.m.net, self.m.net.grads());
 }
 
 py::array model_encode(PyModel& self, const std::vector<std::string>& texts, int64_t batch_size) {
@@ -190,7 +166,12 @@ void bind_load(py::module_& m) {
                              [](const PyModel& self) { return self.m.chat_template; })
       .def("forward", &model_forward, py::arg("tokens"), py::arg("token_types") = py::none(),
            py::arg("lengths") = py::none())
-      .def("attention", &model_attention, py::arg("tokens"))
+      .def(
+          "attention",
+          [](PyModel& self, const py::object& tokens) {
+            return attention_of(self.ctx, self.m.net, tokens);
+          },
+          py::arg("tokens"))
       .def("generate", &model_generate, py::arg("tokens"), py::arg("max_new_tokens"),
            py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
            py::arg("top_p") = py::none(), py::arg("seed") = 0, py::arg("stop_at_eos") = true)
@@ -229,12 +210,8 @@ void bind_load(py::module_& m) {
       .def("encode", &model_encode, py::arg("texts"), py::arg("batch_size") = 32)
       .def("backward", &model_backward, py::arg("tokens"), py::arg("doutput"),
            py::arg("token_types") = py::none(), py::arg("lengths") = py::none())
-      .def("state_dict", [](const PyModel& self) {
-        py::dict out;
-        for (const auto& e : self.m.net.layout().entries())
-          out[py::str(e.name)] = copy_to_numpy(self.m.net.params() + e.offset, e.shape);
-        return out;
-      });
+      .def("state_dict",
+           [](const PyModel& self) { return named_arrays(self.m.net, self.m.net.params()); });
 
   m.def(
       "load",
