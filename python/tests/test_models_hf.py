@@ -370,3 +370,20 @@ def test_packed_sequences_equal_separate_runs(folders, name, rng):
     with pytest.raises(ValueError, match="lengths: they add up to 25, the tokens are 26"):
         m.forward(np.concatenate([packed, packed[:, :1]], axis=1), lengths=lengths)
 
+
+
+def test_bad_inputs_of_a_loaded_model_name_the_argument(folders, rng, tmp_path):
+    import subprocess
+    from pathlib import Path
+    m = headlight.load(str(folders["bert"][0]))
+    ids, types = ids_for("bert", rng)
+    with pytest.raises(ValueError, match=r"token_types: shape \[2, 12\] differs from tokens"):
+        m.forward(ids, token_types=types[:, :12])
+    with pytest.raises(ValueError, match=r"token_types: type 5 at index 0 is outside"):
+        m.forward(ids, token_types=np.full_like(types, 5))
+    with pytest.raises(ValueError, match=r"doutput: expected shape \[2, 13, 36\]"):
+        m.backward(ids, np.zeros((2, 13, 35), dtype=np.float32))
+    cli = Path(__file__).resolve().parents[2] / "build" / "release" / "apps" / "cli" / "headlight"
+    r = subprocess.run([str(cli), "generate", str(folders["gpt2"][0]), "--system", "be brief"],
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "--system: needs --chat" in r.stderr
