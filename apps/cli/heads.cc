@@ -22,41 +22,40 @@ namespace headlight::cli {
 namespace {
 
 struct DataArgs {
-  std::string corpus = "detective";
-  int64_t sequences = 32;
-  int64_t seq = 0;  // tokens per sequence; 0: the model's context, at most kDefaultSeq
+  inspect::DataOptions data;
   int threads = 0;
   bool json = false;
-  bool signatures = false;
-  static constexpr int64_t kDefaultSeq = 256;
-  // The model, its tokenizer and the evaluation sequences of the corpus.
+  // The model and the data importance is scored on and pruning judged by.
   struct Loaded {
     load::Model model;
-    inspect::Dataset data{};
+    inspect::Datasets data{};
     const model::TextTokenizer* tokenizer() const {
       return model.tokenizer ? &*model.tokenizer : nullptr;
     }
   };
-  Loaded load(const std::string& path) const {
+  Loaded load(ThreadContext& ctx, const std::string& path) const {
     Loaded out{.model = load::load_model(path)};
     const model::GPTConfig& c = out.model.net.config();
-    check(seq <= c.block_size, "--seq: {} is longer than the model's context {}", seq,
+    check(data.seq <= c.block_size, "--seq: {} is longer than the model's context {}", data.seq,
           c.block_size);
-    const int64_t len = seq > 0 ? seq : std::min(c.block_size, kDefaultSeq);
-    out.data = inspect::corpus_dataset(c, out.tokenizer(), corpus, sequences, len, signatures);
+    out.data = inspect::corpus_datasets(ctx, out.model, data);
     return out;
   }
   void add(CLI::App* cmd) {
-    cmd->add_option("--corpus", corpus, "\"detective\" (its validation split) or a text file")
+    cmd->add_option("--corpus", data.corpus,
+                    "\"detective\" (its validation stories) or a text file (importance scored on "
+                    "its first half of lines, pruning judged on the second)")
         ->capture_default_str();
-    positive(
-        cmd->add_option("--sequences", sequences, "Evaluation sequences")->capture_default_str());
-    positive(cmd->add_option("--seq", seq,
+    positive(cmd->add_option("--sequences", data.sequences,
+                             "Evaluation sequences of each part (an embedding model: 4× as many "
+                             "sentences)")
+                 ->capture_default_str());
+    positive(cmd->add_option("--seq", data.seq,
                              "Tokens per evaluation sequence (default: the model's context, at "
                              "most 256)"));
     add_threads_option(cmd, threads);
     cmd->add_flag("--json", json, "Print JSON");
-    cmd->add_flag("--signatures", signatures,
+    cmd->add_flag("--signatures", data.signatures,
                   "Detective stories with signatures (for a model trained with them): evaluation "
                   "text, and coreference by name scored from the possessive before the signature");
   }
@@ -67,20 +66,28 @@ std::string score(double v, int decimals) {
   return std::isnan(v) ? "n/a" : fmt::format("{:.{}f}", v, decimals);
 }
 
-void print_table(const std::vector<inspect::HeadRow>& rows) {
+// The table, a "kv" column (the key/value head each query head shares) for grouped-query models,
+// and last the scores of a head that attends uniformly: the baseline of each.
+void print_table(const std::vector<inspect::HeadRow>& rows, const inspect::RoleScores& uniform,
+                 bool grouped) {
   fmt::print(
-      "{:>5} {:>4}  {:<15} {:>10} {:>9}  {:>8} {:>9} {:>6} {:>6} {:>6} {:>9} {:>11}  {:>9}\n",
-      "layer", "head", "role", "importance", "ablation", "prev_tok", "prev_text", "first", "local",
-      "self", "induction", "coreference", "coref_sent");
+      "{:>5} {:>4}{}  {:<15} {:>10} {:>9}  {:>8} {:>9} {:>6} {:>6} {:>6} {:>9} {:>11}  {:>9}\n",
+      "layer", "head", grouped ? "   kv" : "", "role", "importance", "ablation", "prev_tok",
+      "prev_text", "first", "local", "self", "induction", "coreference", "coref_sent");
+  auto scores = [](const inspect::RoleScores& s) {
+    return fmt::format(
+        "{:>8.3f} {:>9.3f} {:>6.3f} {:>6.3f} {:>6.3f} {:>9.3f} {:>5.3f} ({:>3.0f}%) {:>5.3f} "
+        "({:>3.0f}%)",
+        s.previous_token, s.previous_token_text, s.first_token, s.local, s.self, s.induction,
+        s.coreference, 100 * s.coreference_accuracy, s.coreference_sentence,
+        100 * s.coreference_sentence_accuracy);
+  };
   for (const auto& r : rows)
-    fmt::print(
-        "{:>5} {:>4}  {:<15} {:>10} {:>9}  {:>8.3f} {:>9.3f} {:>6.3f} {:>6.3f} {:>6.3f} "
-        "{:>9.3f} {:>5.3f} ({:>3.0f}%) {:>5.3f} ({:>3.0f}%)\n",
-        r.layer, r.head, r.role, score(r.importance, 3), score(r.ablation, 4),
-        r.scores.previous_token, r.scores.previous_token_text, r.scores.first_token, r.scores.local,
-        r.scores.self, r.scores.induction, r.scores.coreference,
-        100 * r.scores.coreference_accuracy, r.scores.coreference_sentence,
-        100 * r.scores.coreference_sentence_accuracy);
+    fmt::print("{:>5} {:>4}{}  {:<15} {:>10} {:>9}  {}\n", r.layer, r.head,
+               grouped ? fmt::format(" {:>4}", r.kv_head) : "", r.role, score(r.importance, 3),
+               score(r.ablation, 4), scores(r.scores));
+  fmt::print("{:>10}{}  {:<15} {:>10} {:>9}  {}\n", "uniform", grouped ? "     " : "", "(baseline)",
+             "", "", scores(uniform));
 }
 
 // The natural-coreference summary: the rule's accuracy and the best heads.
@@ -108,6 +115,7 @@ void add_heads(CLI::App& app) {
     std::string model;
     std::string text;
     std::string coreference;  // passages in data/coreference.json's form
+    bool no_ablation = false;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("heads", "Every head's role scores, role and importance");
@@ -115,16 +123,21 @@ void add_heads(CLI::App& app) {
   cmd->add_option("--text", a->text, "Text for the text-based scores (default: test stories)");
   cmd->add_option("--coreference", a->coreference,
                   "Also score coreference on natural passages (e.g. data/coreference.json)");
+  cmd->add_flag("--no-ablation", a->no_ablation,
+                "Skip ablation importance (one evaluation per head: slow on large models)");
   a->add(cmd);
   cmd->callback([a] {
     std::vector<inspect::CorefPassage> passages;  // read first: a bad file fails at once
     if (!a->coreference.empty()) passages = inspect::read_coreference_passages(a->coreference);
-    auto l = a->load(a->model);
     ThreadContext ctx(a->threads);
+    auto l = a->load(ctx, a->model);
     inspect::RoleOptions o;
     o.text = a->text;
-    o.signatures = a->signatures;
-    const auto rows = inspect::head_table(ctx, l.model.net, l.tokenizer(), l.data, o);
+    o.signatures = a->data.signatures;
+    o.ablation = !a->no_ablation;
+    inspect::RoleScores uniform;
+    const auto rows =
+        inspect::head_table(ctx, l.model.net, l.tokenizer(), l.data.score, o, &uniform);
     std::optional<inspect::CorefResult> coref;
     if (!passages.empty()) {
       check(l.tokenizer() != nullptr, "--coreference: the model has no tokenizer");
@@ -132,13 +145,14 @@ void add_heads(CLI::App& app) {
     }
     const auto& c = l.model.net.config();
     if (a->json) {
-      fmt::print("{{\"heads\":{}{}}}\n", inspect::head_table_json(rows),
+      fmt::print("{{\"heads\":{},\"uniform\":{}{}}}\n", inspect::head_table_json(rows),
+                 inspect::scores_json(uniform),
                  coref
                      ? ",\"coreference\":" + inspect::coreference_json(*coref, c.n_layer, c.n_head)
                      : "");
       return;
     }
-    print_table(rows);
+    print_table(rows, uniform, c.n_kv_head != c.n_head);
     if (coref) print_coreference(*coref, c.n_layer, c.n_head, a->coreference);
   });
 }
@@ -149,53 +163,77 @@ void add_prune(CLI::App& app) {
     double fraction = 0.3;
     uint64_t seed = 0;
     bool curve = false;
+    std::vector<double> fractions;
+    std::vector<std::string> methods;
+    int64_t random_seeds = 5;
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand("prune", "Remove heads physically and measure the effect");
-  cmd->add_option("model", a->model,
-                  "Checkpoint (--curve: also a Hugging Face folder or .gguf file)")
-      ->required();
+  cmd->add_option("model", a->model, "Checkpoint, Hugging Face folder or .gguf file")->required();
   in_range(cmd->add_option("--fraction", a->fraction, "Fraction of the heads to remove")
                ->capture_default_str(),
            0, 1);
   cmd->add_option("--by", a->by, "importance, ablation or random")->capture_default_str();
-  cmd->add_option("--out", a->out, "Where to write the smaller checkpoint");
+  cmd->add_option("--out", a->out,
+                  "Where to write the smaller model (a headlight checkpoint that keeps a real "
+                  "model's tokenizer, pooling and chat template)");
   cmd->add_option("--seed", a->seed, "Seed of the random choice")->capture_default_str();
   cmd->add_flag("--curve", a->curve,
-                "Loss against the fraction removed (10% … 90%) for each method instead");
+                "The judging measure against the fraction removed for each method instead");
+  in_range(
+      cmd->add_option("--fractions", a->fractions, "--curve: the fractions (default 0.1,0.2,…,0.9)")
+          ->delimiter(','),
+      0, 1);
+  cmd->add_option("--methods", a->methods,
+                  "--curve: importance, ablation and/or random (default all three)")
+      ->delimiter(',');
+  positive(cmd->add_option("--random-seeds", a->random_seeds,
+                           "--curve: random choices averaged per fraction")
+               ->capture_default_str());
   a->add(cmd);
   cmd->callback([a] {
-    auto l = a->load(a->model);
+    inspect::CurveOptions co;
+    if (!a->fractions.empty()) co.fractions = a->fractions;
+    if (!a->methods.empty()) {
+      co.methods.clear();
+      for (const std::string& m : a->methods) co.methods.push_back(inspect::parse_prune_by(m));
+    }
+    co.random_seeds = a->random_seeds;
+    check(a->curve || !a->out.empty(), "--out: the path of the smaller model is required");
     ThreadContext ctx(a->threads);
+    auto l = a->load(ctx, a->model);
     model::GPT& net = l.model.net;
-    check(net.config().lm_head,
-          "{}: pruning is judged by the LM loss, and this encoder has no LM head", a->model);
-    const inspect::Dataset& d = l.data;
+    const inspect::Dataset& score = l.data.score;
+    const inspect::Dataset& judge = l.data.held_out;
+    check(inspect::measurable(net.config(), judge),
+          "{}: pruning is judged by the LM loss or by sentence embeddings, and this encoder has "
+          "neither an LM head nor pooling",
+          a->model);
     if (a->curve) {
-      const auto points = inspect::pruning_curve(ctx, net, d);
+      const auto points = inspect::pruning_curve(ctx, net, score, judge, co);
       if (a->json) {
-        fmt::print("{{\"curve\":{}}}\n", inspect::curve_json(points));
+        fmt::print("{{\"measure\":\"{}\",\"curve\":{}}}\n", judge.measure(),
+                   inspect::curve_json(points));
         return;
       }
-      fmt::print("{:>8} {:>11} {:>9} {:>9}\n", "fraction", "importance", "ablation", "random");
-      for (size_t i = 0; i + 2 < points.size(); i += 3)
-        fmt::print("{:>8.1f} {:>11.4f} {:>9.4f} {:>9.4f}\n", points[i].fraction, points[i].loss,
-                   points[i + 1].loss, points[i + 2].loss);
+      fmt::print("held-out {} by fraction of heads removed\n{:>8}", judge.measure(), "fraction");
+      for (auto by : co.methods) fmt::print(" {:>11}", inspect::prune_by_name(by));
+      fmt::print("\n");
+      for (size_t i = 0; i < points.size(); i += co.methods.size()) {
+        fmt::print("{:>8.2f}", points[i].fraction);
+        for (size_t k = 0; k < co.methods.size(); ++k) fmt::print(" {:>11.4f}", points[i + k].loss);
+        fmt::print("\n");
+      }
       return;
     }
-    check(!a->out.empty(), "--out: the path of the smaller checkpoint is required");
-    check(l.model.format == load::Format::checkpoint,
-          "--out: a pruned {} would lose its tokenizer in a headlight checkpoint; prune "
-          "--curve measures it",
-          load::format_name(l.model.format));
-    const model::TextTokenizer* text = l.tokenizer();
-    const auto r =
-        inspect::prune_model(ctx, net, d, a->fraction, inspect::parse_prune_by(a->by), a->seed);
-    train::save_model(a->out, *r.pruned, text ? text->own() : nullptr);
+    const auto r = inspect::prune_model(ctx, net, score, judge, a->fraction,
+                                        inspect::parse_prune_by(a->by), a->seed);
+    load::write_model(l.model, *r.pruned, a->out);
     if (a->json) {
       auto removed = nlohmann::json::array();
       for (const auto& [l, h] : r.heads_removed) removed.push_back({l, h});
-      fmt::print("{}\n", nlohmann::json{{"loss_before", r.loss_before},
+      fmt::print("{}\n", nlohmann::json{{"measure", judge.measure()},
+                                        {"loss_before", r.loss_before},
                                         {"loss_after", r.loss_after},
                                         {"seconds_before", r.seconds_before},
                                         {"seconds_after", r.seconds_after},
@@ -204,10 +242,11 @@ void add_prune(CLI::App& app) {
       return;
     }
     fmt::print(
-        "removed {} of {} heads by {}: loss {:.4f} → {:.4f}; forward {:.4f} s → {:.4f} s "
+        "removed {} of {} heads by {}: held-out {} {:.4f} → {:.4f}; forward {:.4f} s → {:.4f} s "
         "({:.2f}× faster); wrote {}\n",
-        r.heads_removed.size(), net.config().total_heads(), a->by, r.loss_before, r.loss_after,
-        r.seconds_before, r.seconds_after, r.seconds_before / r.seconds_after, a->out);
+        r.heads_removed.size(), net.config().total_heads(), a->by, judge.measure(), r.loss_before,
+        r.loss_after, r.seconds_before, r.seconds_after, r.seconds_before / r.seconds_after,
+        a->out);
   });
 }
 

@@ -41,6 +41,11 @@ nlohmann::ordered_json info_json(const load::Model& m) {
   j["layers"] = c.n_layer;
   j["heads"] = c.n_head;
   j["kv_heads"] = c.n_kv_head;
+  if (!c.layer_heads.empty()) {  // pruned: what each layer kept
+    j["pruned"] = fmt::format("{} of {} heads kept", c.total_heads(), c.n_layer * c.n_head);
+    j["layer_heads"] = c.layer_heads;
+    j["layer_kv_heads"] = c.layer_kv_heads;
+  }
   j["head_dim"] = c.head_dim();
   j["width"] = c.n_embd;
   j["mlp_width"] = c.mlp_width();

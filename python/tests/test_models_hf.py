@@ -361,7 +361,8 @@ def test_packed_sequences_equal_separate_runs(folders, name, rng):
     row, want_grads = 0, None
     for seq, dout in zip(seqs, douts):
         alone = m.forward(seq[None])
-        assert np.abs(out[:, row:row + len(seq)] - alone).max() < 1e-5
+        # (oneDNN blocks a 25-row product and a 7-row one differently: fp32 rounding apart)
+        assert np.abs(out[:, row:row + len(seq)] - alone).max() < 1e-5 * max(1, np.abs(alone).max())
         g = m.backward(seq[None], dout)
         want_grads = g if want_grads is None else {k: want_grads[k] + g[k] for k in g}
         row += len(seq)

@@ -129,19 +129,23 @@ def test_report_renders_in_headless_chromium(model_path, tmp_path):
 
 
 def test_summary_numbers_come_from_the_model(model_path, tmp_path):
-    heads = json.loads(subprocess.run([str(CLI), "heads", str(model_path), "--json", "--sequences",
-                                       "4", "--threads", "2"], check=True, capture_output=True,
-                                      text=True).stdout)["heads"]
+    doc = json.loads(subprocess.run([str(CLI), "heads", str(model_path), "--json", "--sequences",
+                                     "4", "--threads", "2"], check=True, capture_output=True,
+                                    text=True).stdout)
+    heads, uniform = doc["heads"], doc["uniform"]
     assert len(heads) == 4 and {"previous_token", "induction", "coreference"} <= set(heads[0]["scores"])
     summary = run_explain(model_path, tmp_path / "r.html", "--no-curve")
     for role, label in [("previous_token", "Previous-token head"), ("induction", "Induction head")]:
         best = max(heads, key=lambda h: h["scores"][role])
-        m = re.search(label + r": layer (\d+) head (\d+) \(score ([0-9.]+)[ )]", summary)
+        m = re.search(label + r": layer (\d+) head (\d+) \(score ([0-9.]+)[ );]", summary)
         assert m, summary
         assert (int(m.group(1)), int(m.group(2))) == (best["layer"], best["head"])
         assert abs(float(m.group(3)) - best["scores"][role]) < 0.006
+        # Beside it, what a head attending uniformly scores on the same sequences.
+        m = re.search(label + r": [^\n]*uniform[a-z ]*: ([0-9.]+)\)", summary)
+        assert m and abs(float(m.group(1)) - uniform[role]) < 0.006, summary
     best = max(heads, key=lambda h: h["scores"]["previous_token"])
-    m = re.search(r"Previous-token head: .*, ([0-9.]+) on the test stories\)", summary)
+    m = re.search(r"Previous-token head: .*, ([0-9.]+) on the test stories;", summary)
     assert m and abs(float(m.group(1)) - best["scores"]["previous_token_text"]) < 0.006, summary
     assert "coreference_sentence_accuracy" in heads[0]["scores"]
     m = re.search(r"Pronoun-resolving head: layer (\d+) head (\d+): .* for (\d+)% .*\(score ([0-9.]+)\)",
@@ -163,7 +167,9 @@ def test_prune_json_and_the_pruned_checkpoint(model_path, tmp_path):
                                    "random", "--seed", "3", "--out", str(out), "--json",
                                    "--sequences", "4", "--threads", "2"], check=True,
                                   capture_output=True, text=True).stdout)
-    assert set(r) == {"loss_before", "loss_after", "seconds_before", "seconds_after", "heads_removed"}
+    assert set(r) == {"measure", "loss_before", "loss_after", "seconds_before", "seconds_after",
+                      "heads_removed"}
+    assert r["measure"] == "loss"
     assert len(r["heads_removed"]) == 2
     small = headlight.GPT.load(str(out))
     assert sum(small.config["layer_heads"]) == 2
@@ -177,3 +183,43 @@ def test_prune_json_and_the_pruned_checkpoint(model_path, tmp_path):
     full.gates = gates
     tokens = np.array([full.tokenizer.encode(STORY)[:100]])
     np.testing.assert_allclose(small.forward(tokens), full.forward(tokens), atol=1e-5)
+
+
+def test_the_demo_asks_a_real_model_too(model_path, tmp_path):
+    """`demo --real-model`: after the first model, the same question on a grouped-query Llama
+    folder with a real tokenizer — which heads link "she" to "Maria", natural coreference, the
+    roles beside a uniform head's scores, pruning judged on held-out prose — and a second report
+    beside the first, which renders (ablation not measured: "n/a") with no script errors."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from model_files import SMOLLM2_GGUF
+    folder = tmp_path / "tiny-llama"
+    LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=48,
+                                 num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                 max_position_embeddings=256)).save_pretrained(folder)
+    AutoTokenizer.from_pretrained(str(SMOLLM2_GGUF.parent),
+                                  gguf_file=SMOLLM2_GGUF.name).save_pretrained(folder)
+    report = tmp_path / "demo" / "report.html"
+    out = subprocess.run([str(CLI), "demo", "--model", str(model_path), "--real-model", str(folder),
+                          "--report", str(report), "--sequences", "4", "--threads", "2"],
+                         check=True, capture_output=True, text=True, cwd=ROOT).stdout
+    real = out.split("— The same question on a real model: tiny-llama (LlamaForCausalLM, 2 layers "
+                     "× 4 heads, 2 key/value heads each) —")[1]
+    assert re.search(r'Heads linking "she" to "Maria": \d of 8 attend more to "Maria" than to '
+                     r'"John"', real), real
+    assert re.search(r"Natural coreference \(\d+ passages of data/coreference.json\): the best "
+                     r"heads are layer \d head \d \(\d+%\)", real), real
+    assert re.search(r"Induction head: layer \d head \d \(score [0-9.]+; uniform: [0-9.]+\)", real)
+    assert "Pruning 30% of the heads (2): held-out loss" in real
+    assert "Continuation: …" in real and "Continuation: …blue" in out  # cut at a word
+    second = report.parent / "report-tiny-llama.html"
+    assert report.exists() and second.exists()
+    html = second.read_text()
+    assert '"kv_head":1' in html and '"ablation":null' in html
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe:
+        dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",
+                              second.as_uri()], capture_output=True, text=True, timeout=120)
+        body = re.search(r"<body([^>]*)>", dom.stdout)
+        if body:  # Chromium could start
+            assert 'data-errors="0"' in body.group(1), body.group(1)
+            assert "n/a" in dom.stdout

@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "headlight/core/error.h"
+#include "headlight/core/read_file.h"
+#include "headlight/load/embed.h"
 #include "headlight/train/corpus.h"
 
 namespace headlight::inspect {
@@ -37,6 +39,91 @@ Dataset corpus_dataset(const model::GPTConfig& c, const model::TextTokenizer* to
   return make_dataset(ids, c, len, sequences);
 }
 
+bool measurable(const model::GPTConfig& c, const Dataset& d) {
+  return c.lm_head || d.sentences();
+}
+
+namespace {
+
+// The lines of a text that hold more than blanks.
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t at = 0;
+  while (at < text.size()) {
+    size_t end = text.find('\n', at);
+    if (end == std::string::npos) end = text.size();
+    std::string line = text.substr(at, end - at);
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") != std::string::npos) lines.push_back(std::move(line));
+    at = end + 1;
+  }
+  return lines;
+}
+
+std::vector<std::string> text_lines(const std::string& path) {
+  const std::vector<std::string> lines = split_lines(read_file(path));
+  check(lines.size() >= 2,
+        "{}: needs at least two non-empty lines (a part to score importance "
+        "on and a held-out part), has {}",
+        path, lines.size());
+  return lines;
+}
+
+std::string joined(std::span<const std::string> lines) {
+  std::string out;
+  for (const std::string& l : lines) out += l + "\n";
+  return out;
+}
+
+Dataset part_dataset(ThreadContext& ctx, load::Model& m, std::span<const std::string> lines,
+                     const DataOptions& o, int64_t len) {
+  const model::GPTConfig& c = m.net.config();
+  const model::TextTokenizer* t = m.tokenizer ? &*m.tokenizer : nullptr;
+  if (!c.lm_head && m.pooling.mode != load::Pooling::Mode::none && t) {
+    std::vector<std::vector<int32_t>> sentences;
+    for (const std::string& line : lines) {
+      if (static_cast<int64_t>(sentences.size()) >= 4 * o.sequences) break;
+      sentences.push_back(load::embedding_tokens(*t, line, m.max_seq_length));
+    }
+    return make_sentence_dataset(ctx, m.net, sentences, m.pooling);
+  }
+  const model::TextTokenizer bytes(model::Tokenizer::byte_level());
+  if (!t) {
+    check(c.vocab_size >= 256,
+          "corpus: the model has no tokenizer and its vocabulary ({}) does not hold bytes",
+          c.vocab_size);
+    t = &bytes;
+  }
+  const auto ids = t->encode(joined(lines), /*add_special_tokens=*/false);
+  return make_dataset(ids, c, len, o.sequences);
+}
+
+}  // namespace
+
+Datasets corpus_datasets(ThreadContext& ctx, load::Model& m, const DataOptions& o) {
+  const model::GPTConfig& c = m.net.config();
+  check(o.seq <= c.block_size, "seq: {} is longer than the model's context {}", o.seq,
+        c.block_size);
+  const int64_t len = o.seq > 0 ? o.seq : std::min<int64_t>(c.block_size, 256);
+  const model::TextTokenizer* t = m.tokenizer ? &*m.tokenizer : nullptr;
+  if (o.corpus == "detective") {
+    const bool sentences = !c.lm_head && m.pooling.mode != load::Pooling::Mode::none && t;
+    if (!sentences) {
+      Dataset d = corpus_dataset(c, t, o.corpus, o.sequences, len, o.signatures);
+      return {d, d};
+    }
+    const int64_t stories = std::max<int64_t>(50, o.sequences);
+    const train::TextSplits text =
+        train::load_text(o.corpus, 0, stories, {.signatures = o.signatures});
+    Dataset d = part_dataset(ctx, m, split_lines(text.validation), o, len);
+    return {d, d};
+  }
+  const std::vector<std::string> lines = text_lines(o.corpus);
+  const size_t half = lines.size() / 2;
+  return {part_dataset(ctx, m, std::span(lines).first(half), o, len),
+          part_dataset(ctx, m, std::span(lines).subspan(half), o, len)};
+}
+
 namespace {
 
 // The tokens that occur in `ids`, sorted: what the induction sequences are drawn from, so that a
@@ -52,24 +139,38 @@ std::vector<int32_t> distinct_tokens(std::span<const int32_t> ids) {
 
 std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
                                 const model::TextTokenizer* tokenizer, const Dataset& d,
-                                const RoleOptions& o) {
+                                const RoleOptions& o, RoleScores* uniform) {
   const auto& c = m.config();
   RoleOptions with_tokens = o;
   if (with_tokens.induction_tokens.empty())
     with_tokens.induction_tokens = distinct_tokens(d.tokens);
-  const auto scores = score_heads(ctx, m, tokenizer, with_tokens);
-  // Importance is measured on the LM loss; an encoder without an LM head has none (NaN).
+  const auto scores = score_heads(ctx, m, tokenizer, with_tokens, uniform);
+  // Importance is measured on the LM loss or the sentences' embeddings; a model with neither (an
+  // encoder without an LM head or pooling) has none (NaN).
   const size_t n = static_cast<size_t>(c.n_layer * c.n_head);
-  const auto grad = c.lm_head ? gradient_importance(ctx, m, d)
-                              : std::vector<double>(n, std::numeric_limits<double>::quiet_NaN());
-  const auto abl = c.lm_head ? ablation_importance(ctx, m, d)
+  const bool measured = measurable(c, d);
+  const auto grad = measured ? gradient_importance(ctx, m, d)
                              : std::vector<double>(n, std::numeric_limits<double>::quiet_NaN());
+  const auto abl = measured && o.ablation
+                       ? ablation_importance(ctx, m, d)
+                       : std::vector<double>(n, std::numeric_limits<double>::quiet_NaN());
   std::vector<HeadRow> rows;
-  for (int64_t l = 0; l < c.n_layer; ++l)
-    for (int64_t h = 0; h < c.heads(l); ++h) {
-      const size_t i = static_cast<size_t>(l * c.n_head + h);
-      rows.push_back({l, h, scores[i], role_of(scores[i]), grad[i], abl[i]});
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    int64_t h = 0, kv = 0;
+    for (const int64_t group : c.group_sizes(l)) {
+      for (int64_t k = 0; k < group; ++k, ++h) {
+        const size_t i = static_cast<size_t>(l * c.n_head + h);
+        rows.push_back({.layer = l,
+                        .head = h,
+                        .kv_head = kv,
+                        .scores = scores[i],
+                        .role = role_of(scores[i]),
+                        .importance = grad[i],
+                        .ablation = abl[i]});
+      }
+      ++kv;
     }
+  }
   return rows;
 }
 
@@ -92,6 +193,7 @@ std::string head_table_json(const std::vector<HeadRow>& rows) {
   for (const HeadRow& r : rows)
     heads.push_back({{"layer", r.layer},
                      {"head", r.head},
+                     {"kv_head", r.kv_head},
                      {"role", r.role},
                      {"importance", r.importance},
                      {"ablation", r.ablation},
@@ -199,8 +301,9 @@ std::vector<HeadId> remove_step_by_step(
 
 }  // namespace
 
-PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, double fraction,
-                        PruneBy by, uint64_t seed, int64_t timing_runs) {
+PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& score,
+                        const Dataset& judge, double fraction, PruneBy by, uint64_t seed,
+                        int64_t timing_runs) {
   check(fraction >= 0 && fraction <= 1, "fraction: must be in [0, 1], got {}", fraction);
   const int64_t total = m.config().total_heads();
   const int64_t count = static_cast<int64_t>(std::llround(fraction * static_cast<double>(total)));
@@ -216,44 +319,51 @@ PruneResult prune_model(ThreadContext& ctx, model::GPT& m, const Dataset& d, dou
       if (t < count && (targets.empty() || t > targets.back())) targets.push_back(t);
     }
     targets.push_back(count);
-    r.heads_removed = remove_step_by_step(ctx, m, d, by, targets, {});
+    r.heads_removed = remove_step_by_step(ctx, m, score, by, targets, {});
   }
   std::sort(r.heads_removed.begin(), r.heads_removed.end());
-  r.loss_before = dataset_loss(ctx, m, d);
+  r.loss_before = dataset_loss(ctx, m, judge);
   r.pruned.emplace(prune_heads(m, r.heads_removed));
-  r.loss_after = dataset_loss(ctx, *r.pruned, d);
+  r.loss_after = dataset_loss(ctx, *r.pruned, judge);
   std::tie(r.seconds_before, r.seconds_after) =
-      paired_forward_seconds(ctx, m, *r.pruned, d, timing_runs);
+      paired_forward_seconds(ctx, m, *r.pruned, judge, timing_runs);
   return r;
 }
 
-std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const Dataset& d,
-                                      int64_t random_seeds) {
+std::vector<CurvePoint> pruning_curve(ThreadContext& ctx, model::GPT& m, const Dataset& score,
+                                      const Dataset& judge, const CurveOptions& o) {
   const auto& c = m.config();
+  check(!o.fractions.empty(), "fractions: none");
+  for (size_t i = 0; i < o.fractions.size(); ++i)
+    check(
+        o.fractions[i] > 0 && o.fractions[i] < 1 && (i == 0 || o.fractions[i] > o.fractions[i - 1]),
+        "fractions: {} must rise strictly inside (0, 1)", o.fractions[i]);
+  check(o.random_seeds >= 1, "random_seeds: must be ≥ 1, got {}", o.random_seeds);
   const std::vector<float> saved = m.gates().snapshot();
   const int64_t total = c.total_heads();
   std::vector<int64_t> targets;
-  for (int step = 1; step <= 9; ++step)
-    targets.push_back(std::llround(step / 10.0 * static_cast<double>(total)));
+  for (double f : o.fractions) targets.push_back(std::llround(f * static_cast<double>(total)));
   std::vector<CurvePoint> out;
-  for (PruneBy by : {PruneBy::importance, PruneBy::ablation}) {
-    int step = 0;
-    remove_step_by_step(ctx, m, d, by, targets, [&](const std::vector<HeadId>&) {
-      out.push_back({prune_by_name(by), ++step / 10.0, dataset_loss(ctx, m, d)});
+  for (size_t k = 0; k < o.methods.size(); ++k) {
+    const PruneBy by = o.methods[k];
+    if (by == PruneBy::random) {
+      for (size_t i = 0; i < targets.size(); ++i) {
+        double sum = 0;
+        for (int64_t s = 0; s < o.random_seeds; ++s) {
+          switch_off(m, saved, heads_to_remove(c, {}, targets[i], static_cast<uint64_t>(s + 1)));
+          sum += dataset_loss(ctx, m, judge);
+        }
+        out.push_back({"random", o.fractions[i], sum / static_cast<double>(o.random_seeds)});
+      }
+      continue;
+    }
+    size_t step = 0;
+    remove_step_by_step(ctx, m, score, by, targets, [&](const std::vector<HeadId>&) {
+      out.push_back({prune_by_name(by), o.fractions[step++], dataset_loss(ctx, m, judge)});
     });
   }
-  for (int step = 1; step <= 9; ++step) {
-    double sum = 0;
-    for (int64_t s = 0; s < random_seeds; ++s) {
-      switch_off(m, saved,
-                 heads_to_remove(c, {}, targets[static_cast<size_t>(step - 1)],
-                                 static_cast<uint64_t>(s + 1)));
-      sum += dataset_loss(ctx, m, d);
-    }
-    out.push_back({"random", step / 10.0, sum / static_cast<double>(random_seeds)});
-  }
   m.gates().restore(saved);
-  // Ordered by fraction, then importance, ablation, random.
+  // Ordered by fraction, then by the methods' order.
   std::stable_sort(out.begin(), out.end(), [](const CurvePoint& a, const CurvePoint& b) {
     return a.fraction < b.fraction;
   });

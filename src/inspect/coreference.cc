@@ -131,6 +131,52 @@ std::vector<int64_t> token_of_byte(const model::TextTokenizer& tokenizer,
   return map;
 }
 
+bool PassageWeights::right(int64_t layer, int64_t head, int64_t n_head) const {
+  const double a = weight(layer, head, n_head, 0);
+  for (int64_t k = 1; k < names; ++k)
+    if (!(a > weight(layer, head, n_head, k))) return false;
+  return true;
+}
+
+std::optional<PassageWeights> passage_weights(ThreadContext& ctx, model::GPT& m,
+                                              const model::TextTokenizer& tokenizer,
+                                              const CorefPassage& p) {
+  const auto& c = m.config();
+  const std::vector<int32_t> ids = tokenizer.encode(p.text);
+  if (ids.empty() || static_cast<int64_t>(ids.size()) > c.block_size) return std::nullopt;
+  std::vector<int64_t> map;
+  try {
+    map = token_of_byte(tokenizer, ids, p.text);
+  } catch (const Error&) {
+    return std::nullopt;  // a tokenizer that drops or changes characters here ([UNK], accents)
+  }
+  const int64_t pron = map[static_cast<size_t>(p.pronoun_at)];
+  std::vector<std::pair<int64_t, int64_t>> spans{
+      span_of(map, p.antecedent.at, static_cast<int64_t>(p.antecedent.name.size()))};
+  for (const CorefName& d : p.distractors)
+    spans.push_back(span_of(map, d.at, static_cast<int64_t>(d.name.size())));
+  if (pron < 0) return std::nullopt;
+  for (const auto& s : spans)
+    if (s.first < 0 || s.second >= pron) return std::nullopt;  // a name sharing the pronoun's token
+  const Capture cap = capture_tokens(ctx, m, &tokenizer, ids);
+  const int64_t T = cap.seq;
+  PassageWeights w;
+  w.names = static_cast<int64_t>(spans.size());
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    for (int64_t h = 0; h < c.n_head; ++h) {
+      const float* row = cap.head(l, h) + pron * T;
+      for (const auto& s : spans) {
+        double sum = 0;
+        for (int64_t t = s.first; t <= s.second; ++t) sum += row[t];
+        w.weights.push_back(sum);
+      }
+    }
+  w.nearest_is_antecedent = true;
+  for (size_t k = 1; k < spans.size(); ++k)
+    w.nearest_is_antecedent = w.nearest_is_antecedent && spans[0].second > spans[k].second;
+  return w;
+}
+
 CorefResult natural_coreference(ThreadContext& ctx, model::GPT& m,
                                 const model::TextTokenizer& tokenizer,
                                 const std::vector<CorefPassage>& passages) {
@@ -139,40 +185,12 @@ CorefResult natural_coreference(ThreadContext& ctx, model::GPT& m,
   std::vector<int64_t> right(static_cast<size_t>(c.n_layer * c.n_head), 0);
   int64_t nearest = 0;
   for (const CorefPassage& p : passages) {
-    const std::vector<int32_t> ids = tokenizer.encode(p.text);
-    if (ids.empty() || static_cast<int64_t>(ids.size()) > c.block_size) continue;
-    std::vector<int64_t> map;
-    try {
-      map = token_of_byte(tokenizer, ids, p.text);
-    } catch (const Error&) {
-      continue;  // a tokenizer that drops or changes characters here ([UNK], accents)
-    }
-    const int64_t pron = map[static_cast<size_t>(p.pronoun_at)];
-    const auto ante = span_of(map, p.antecedent.at, static_cast<int64_t>(p.antecedent.name.size()));
-    std::vector<std::pair<int64_t, int64_t>> others;
-    for (const CorefName& d : p.distractors)
-      others.push_back(span_of(map, d.at, static_cast<int64_t>(d.name.size())));
-    bool ok = pron >= 0 && ante.first >= 0 && ante.second < pron;
-    for (const auto& o : others) ok = ok && o.first >= 0 && o.second < pron;
-    if (!ok) continue;  // a name sharing the pronoun's token
-    const Capture cap = capture_tokens(ctx, m, &tokenizer, ids);
-    const int64_t T = cap.seq;
+    const auto w = passage_weights(ctx, m, tokenizer, p);
+    if (!w) continue;
     for (int64_t l = 0; l < c.n_layer; ++l)
-      for (int64_t h = 0; h < c.n_head; ++h) {
-        const float* row = cap.head(l, h) + pron * T;
-        auto weight = [&](std::pair<int64_t, int64_t> s) {
-          double w = 0;
-          for (int64_t t = s.first; t <= s.second; ++t) w += row[t];
-          return w;
-        };
-        const double a = weight(ante);
-        bool best = true;
-        for (const auto& o : others) best = best && a > weight(o);
-        right[static_cast<size_t>(l * c.n_head + h)] += best ? 1 : 0;
-      }
-    bool closest = true;
-    for (const auto& o : others) closest = closest && ante.second > o.second;
-    nearest += closest ? 1 : 0;
+      for (int64_t h = 0; h < c.n_head; ++h)
+        right[static_cast<size_t>(l * c.n_head + h)] += w->right(l, h, c.n_head) ? 1 : 0;
+    nearest += w->nearest_is_antecedent ? 1 : 0;
     ++r.passages;
   }
   r.accuracy.assign(right.size(), 0.0);

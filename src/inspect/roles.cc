@@ -11,13 +11,17 @@
 
 namespace headlight::inspect {
 
-void text_scores(const float* p, int64_t seq, RoleScores& s) {
+void text_scores(const float* p, int64_t seq, RoleScores& s, bool causal) {
   double prev = 0, first = 0, self = 0, dist = 0, uniform = 0;
   for (int64_t i = 0; i < seq; ++i) {
     const float* row = p + i * seq;
     self += row[i];
     for (int64_t j = 0; j < seq; ++j) dist += row[j] * static_cast<double>(std::abs(i - j));
-    uniform += static_cast<double>(i) / 2.0;
+    // The mean distance of uniform attention over the keys row i sees.
+    const double before = static_cast<double>(i), after = static_cast<double>(seq - 1 - i);
+    uniform += causal
+                   ? before / 2.0
+                   : (before * (before + 1) + after * (after + 1)) / 2.0 / static_cast<double>(seq);
     if (i >= 1) {
       prev += row[i - 1];
       first += row[0];
@@ -86,7 +90,27 @@ struct Scoring {
   const RoleOptions& o;
   int64_t L, H;
   bool present(int64_t l, int64_t h) const { return h < m.config().heads(l); }
+  int64_t uniform_index() const { return L * H; }
 };
+
+// Calls f(i, p) with the attention p [seq, seq] of every head present in cap (i = l·H + h), then
+// with that of a head that attends uniformly (i = L·H): each row spread evenly over the keys it
+// may see. The uniform head is scored by the same code: the baseline beside each score.
+template <typename F>
+void for_each_head(const Scoring& sc, const Capture& cap, F&& f) {
+  for (int64_t l = 0; l < sc.L; ++l)
+    for (int64_t h = 0; h < sc.H; ++h)
+      if (sc.present(l, h)) f(static_cast<size_t>(l * sc.H + h), cap.head(l, h));
+  const int64_t T = cap.seq;
+  const bool causal = sc.m.config().causal;
+  std::vector<float> u(static_cast<size_t>(T * T), 0.0f);  // [T, T]
+  for (int64_t i = 0; i < T; ++i) {
+    const int64_t keys = causal ? i + 1 : T;
+    for (int64_t j = 0; j < keys; ++j)
+      u[static_cast<size_t>(i * T + j)] = 1.0f / static_cast<float>(keys);
+  }
+  f(static_cast<size_t>(sc.uniform_index()), static_cast<const float*>(u.data()));
+}
 
 // Previous token (on text), first token, self and local: averaged over the text, or over the first
 // 8 test stories.
@@ -112,18 +136,16 @@ void add_text_scores(const Scoring& sc, const std::vector<train::Story>& stories
   }
   for (const auto& ids : texts) {
     const Capture cap = capture_tokens(ctx, m, tokenizer, ids);
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t h = 0; h < H; ++h) {
-        if (!sc.present(l, h)) continue;
-        RoleScores one;
-        text_scores(cap.head(l, h), cap.seq, one);
-        RoleScores& s = scores[static_cast<size_t>(l * H + h)];
-        const double w = 1.0 / static_cast<double>(texts.size());
-        s.previous_token_text += w * one.previous_token;
-        s.first_token += w * one.first_token;
-        s.self += w * one.self;
-        s.local += w * one.local;
-      }
+    for_each_head(sc, cap, [&](size_t i, const float* p) {
+      RoleScores one;
+      text_scores(p, cap.seq, one, c.causal);
+      RoleScores& s = scores[i];
+      const double w = 1.0 / static_cast<double>(texts.size());
+      s.previous_token_text += w * one.previous_token;
+      s.first_token += w * one.first_token;
+      s.self += w * one.self;
+      s.local += w * one.local;
+    });
   }
 }
 
@@ -144,15 +166,13 @@ void add_induction_scores(const Scoring& sc, std::vector<RoleScores>& scores) {
               : o.induction_tokens[g.next_u32() % o.induction_tokens.size()];
     const Capture cap = capture_tokens(ctx, m, tokenizer, seq);
     const double w = 1.0 / static_cast<double>(o.induction_sequences);
-    for (int64_t l = 0; l < L; ++l)
-      for (int64_t h = 0; h < H; ++h) {
-        if (!sc.present(l, h)) continue;
-        RoleScores& s = scores[static_cast<size_t>(l * H + h)];
-        s.induction += w * induction_score(cap.head(l, h), n);
-        RoleScores one;
-        text_scores(cap.head(l, h), cap.seq, one);
-        s.previous_token += w * one.previous_token;
-      }
+    for_each_head(sc, cap, [&](size_t i, const float* p) {
+      RoleScores& s = scores[i];
+      s.induction += w * induction_score(p, n);
+      RoleScores one;
+      text_scores(p, cap.seq, one, c.causal);
+      s.previous_token += w * one.previous_token;
+    });
   }
 }
 
@@ -164,7 +184,7 @@ void add_coreference_scores(const Scoring& sc, const std::vector<train::Story>& 
   const auto& c = m.config();
   // Words are found by byte offsets, which only a lossless tokenizer keeps.
   if (tokenizer && tokenizer->lossless() && o.coreference_stories > 0) {
-    std::vector<int64_t> by_name(static_cast<size_t>(L * H), 0), by_sentence(by_name.size(), 0);
+    std::vector<int64_t> by_name(scores.size(), 0), by_sentence(by_name.size(), 0);
     double chance = 0;
     int64_t counted = 0;
     for (const auto& st : stories) {
@@ -189,15 +209,10 @@ void add_coreference_scores(const Scoring& sc, const std::vector<train::Story>& 
         const int64_t identity = ref.signature_pronoun_offset >= 0
                                      ? at[static_cast<size_t>(ref.signature_pronoun_offset)]
                                      : pronoun;
-        for (int64_t l = 0; l < L; ++l)
-          for (int64_t h = 0; h < H; ++h) {
-            if (!sc.present(l, h)) continue;
-            const float* p = cap.head(l, h);
-            const auto i = static_cast<size_t>(l * H + h);
-            by_name[i] += most_attended_mention(p, cap.seq, identity, names) == ref.antecedent;
-            by_sentence[i] +=
-                most_attended_mention(p, cap.seq, pronoun, sentences) == ref.antecedent;
-          }
+        for_each_head(sc, cap, [&](size_t i, const float* p) {
+          by_name[i] += most_attended_mention(p, cap.seq, identity, names) == ref.antecedent;
+          by_sentence[i] += most_attended_mention(p, cap.seq, pronoun, sentences) == ref.antecedent;
+        });
         chance += 1.0 / static_cast<double>(names.size());
         ++counted;
       }
@@ -221,10 +236,11 @@ void add_coreference_scores(const Scoring& sc, const std::vector<train::Story>& 
 }  // namespace
 
 std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
-                                    const model::TextTokenizer* tokenizer, const RoleOptions& o) {
+                                    const model::TextTokenizer* tokenizer, const RoleOptions& o,
+                                    RoleScores* uniform) {
   const auto& c = m.config();
   const Scoring sc{ctx, m, tokenizer, o, c.n_layer, c.n_head};
-  std::vector<RoleScores> scores(static_cast<size_t>(c.n_layer * c.n_head));
+  std::vector<RoleScores> scores(static_cast<size_t>(c.n_layer * c.n_head + 1));
   const auto stories =
       train::detective_stories({.split = train::Split::test,
                                 .stories = std::max<int64_t>(o.coreference_stories, 1),
@@ -233,6 +249,8 @@ std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
   add_text_scores(sc, stories, scores);
   add_induction_scores(sc, scores);
   add_coreference_scores(sc, stories, scores);
+  if (uniform) *uniform = scores.back();
+  scores.pop_back();
   return scores;
 }
 

@@ -31,6 +31,25 @@ void pool(const Pooling& p, const float* h, int64_t T, int64_t C, float* out) {
   }
 }
 
+std::vector<int32_t> embedding_tokens(const model::TextTokenizer& t, const std::string& text,
+                                      int64_t max_len) {
+  std::vector<int32_t> v = t.encode(text);
+  if (static_cast<int64_t>(v.size()) > max_len) {
+    const std::vector<int32_t> bare = t.encode(text, /*add_special_tokens=*/false);
+    const size_t specials = v.size() - bare.size();
+    size_t head = 0;  // special tokens before the text's own
+    while (head < specials && !std::equal(bare.begin(), bare.end(), v.begin() + head)) ++head;
+    const auto keep =
+        static_cast<size_t>(std::max<int64_t>(0, max_len - static_cast<int64_t>(specials)));
+    std::vector<int32_t> cut(v.begin(), v.begin() + static_cast<int64_t>(head));
+    cut.insert(cut.end(), bare.begin(), bare.begin() + static_cast<int64_t>(keep));
+    cut.insert(cut.end(), v.begin() + static_cast<int64_t>(head + bare.size()), v.end());
+    v = std::move(cut);
+  }
+  check(!v.empty(), "text: no tokens");
+  return v;
+}
+
 Tensor embed_texts(ThreadContext& ctx, Model& m, std::span<const std::string> texts,
                    const EmbedOptions& o) {
   check(m.pooling.mode != Pooling::Mode::none,
@@ -44,24 +63,12 @@ Tensor embed_texts(ThreadContext& ctx, Model& m, std::span<const std::string> te
   Tensor out = Tensor::zeros({n, C});
   std::vector<std::vector<int32_t>> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) {
-    auto& v = ids[static_cast<size_t>(i)];
-    v = m.tokenizer->encode(texts[static_cast<size_t>(i)]);
-    if (static_cast<int64_t>(v.size()) > m.max_seq_length) {
-      // Cut as the tokenizers library truncates: the text's own tokens are cut so that they and
-      // the special tokens the template puts around them (BERT's [CLS] … [SEP]) fit.
-      const std::vector<int32_t> bare =
-          m.tokenizer->encode(texts[static_cast<size_t>(i)], /*add_special_tokens=*/false);
-      const size_t specials = v.size() - bare.size();
-      size_t head = 0;  // special tokens before the text's own
-      while (head < specials && !std::equal(bare.begin(), bare.end(), v.begin() + head)) ++head;
-      const auto keep = static_cast<size_t>(
-          std::max<int64_t>(0, m.max_seq_length - static_cast<int64_t>(specials)));
-      std::vector<int32_t> cut(v.begin(), v.begin() + static_cast<int64_t>(head));
-      cut.insert(cut.end(), bare.begin(), bare.begin() + static_cast<int64_t>(keep));
-      cut.insert(cut.end(), v.begin() + static_cast<int64_t>(head + bare.size()), v.end());
-      v = std::move(cut);
+    try {
+      ids[static_cast<size_t>(i)] =
+          embedding_tokens(*m.tokenizer, texts[static_cast<size_t>(i)], m.max_seq_length);
+    } catch (const Error&) {
+      fail("texts: text {} has no tokens", i);
     }
-    check(!v.empty(), "texts: text {} has no tokens", i);
   }
   // Batches of up to batch_size texts in input order, packed end to end: every row is a token.
   std::vector<int32_t> rows;

@@ -44,7 +44,7 @@ std::vector<std::string> strings(const io::GgufFile& f, const std::string& key) 
 
 }  // namespace
 
-model::ByteLevelBpeTokenizer tokenizer_from_gguf(const io::GgufFile& f) {
+model::ByteLevelBpeSpec tokenizer_spec_from_gguf(const io::GgufFile& f) {
   const std::string& path = f.path();
   const std::string kind = required(f, "tokenizer.ggml.model").as_string("tokenizer.ggml.model");
   check(kind == "gpt2",
@@ -83,7 +83,11 @@ model::ByteLevelBpeTokenizer tokenizer_from_gguf(const io::GgufFile& f) {
         required(f, "tokenizer.ggml.bos_token_id").as_int("tokenizer.ggml.bos_token_id");
     spec.prefix.push_back(static_cast<int32_t>(id));
   }
-  return model::ByteLevelBpeTokenizer::from_spec(std::move(spec), path);
+  return spec;
+}
+
+model::ByteLevelBpeTokenizer tokenizer_from_gguf(const io::GgufFile& f) {
+  return model::ByteLevelBpeTokenizer::from_spec(tokenizer_spec_from_gguf(f), f.path());
 }
 
 }  // namespace headlight::load

@@ -4,12 +4,14 @@
 
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "headlight/core/read_file.h"
 #include "headlight/io/safetensors.h"
 #include "headlight/load/model.h"
+#include "headlight/train/checkpoint.h"
 #include "src/load/json_fields.h"
 #include "src/load/loaders.h"
 #include "src/load/remap.h"
@@ -318,17 +320,27 @@ Model load_hf_folder(const std::string& path) {
         "read)",
         path);
   }
-  RemappedSource r(*weights, weights_name);
-  const GPTConfig c = kind == kBert ? bert(f, r) : kind == kGpt2 ? gpt2(f, r) : llama(f, r);
-  try {
-    model::validate(c);
-  } catch (const Error& e) {
-    fail("{}: {}", config_path, e.what());
+  // A folder headlight wrote (write_model: pruned heads) holds a headlight checkpoint; the rest
+  // (tokenizer, pooling, chat template, end tokens) is the original folder's.
+  const auto* single = dynamic_cast<const io::SafetensorsFile*>(weights.get());
+  std::optional<model::GPT> net;
+  if (single && single->metadata("headlight.config").has_value()) {
+    net.emplace(std::move(train::load_model(weights_name).model));
+  } else {
+    RemappedSource r(*weights, weights_name);
+    const GPTConfig rc = kind == kBert ? bert(f, r) : kind == kGpt2 ? gpt2(f, r) : llama(f, r);
+    try {
+      model::validate(rc);
+    } catch (const Error& e) {
+      fail("{}: {}", config_path, e.what());
+    }
+    net.emplace(rc, r);
   }
+  const GPTConfig c = net->config();
   Model m{.path = path,
           .format = Format::hf_folder,
           .architecture = arch,
-          .net = model::GPT(c, r),
+          .net = std::move(*net),
           .max_seq_length = c.block_size};
   read_eos(f, m.eos_ids);
   m.bos_id = static_cast<int32_t>(f.integer("bos_token_id", -1));

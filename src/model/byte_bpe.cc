@@ -117,6 +117,67 @@ ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_spec(ByteLevelBpeSpec spec,
   return t;
 }
 
+std::string to_hf_json(const ByteLevelBpeSpec& spec) {
+  // Added tokens are in the vocabulary too (the library numbers those that are not after it).
+  json vocab = json::object(), merges = json::array(), added = json::array();
+  for (const auto& a : spec.added) {
+    added.push_back({{"id", a.id},
+                     {"content", spec.tokens.at(static_cast<size_t>(a.id))},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", a.special}});
+  }
+  for (size_t id = 0; id < spec.tokens.size(); ++id)
+    vocab[spec.tokens[id]] = static_cast<int32_t>(id);
+  for (const auto& [l, r] : spec.merges) merges.push_back({l, r});
+  json steps = json::array();
+  if (spec.split_digits) steps.push_back({{"type", "Digits"}, {"individual_digits", true}});
+  steps.push_back({{"type", "Split"},
+                   {"pattern", {{"Regex", spec.pattern}}},
+                   {"behavior", "Isolated"},
+                   {"invert", false}});
+  steps.push_back({{"type", "ByteLevel"},
+                   {"add_prefix_space", false},
+                   {"trim_offsets", true},
+                   {"use_regex", false}});
+  json single = json::array(), specials = json::object();
+  auto special = [&](int32_t id) {
+    const std::string& t = spec.tokens.at(static_cast<size_t>(id));
+    single.push_back({{"SpecialToken", {{"id", t}, {"type_id", 0}}}});
+    specials[t] = {{"id", t}, {"ids", {id}}, {"tokens", {t}}};
+  };
+  for (int32_t id : spec.prefix) special(id);
+  single.push_back({{"Sequence", {{"id", "A"}, {"type_id", 0}}}});
+  for (int32_t id : spec.suffix) special(id);
+  const json j = {{"version", "1.0"},
+                  {"truncation", nullptr},
+                  {"padding", nullptr},
+                  {"added_tokens", added},
+                  {"normalizer", nullptr},
+                  {"pre_tokenizer", {{"type", "Sequence"}, {"pretokenizers", steps}}},
+                  {"post_processor",
+                   {{"type", "TemplateProcessing"},
+                    {"single", single},
+                    {"pair", single},
+                    {"special_tokens", specials}}},
+                  {"decoder",
+                   {{"type", "ByteLevel"},
+                    {"add_prefix_space", true},
+                    {"trim_offsets", true},
+                    {"use_regex", true}}},
+                  {"model",
+                   {{"type", "BPE"},
+                    {"dropout", nullptr},
+                    {"fuse_unk", false},
+                    {"byte_fallback", false},
+                    {"ignore_merges", spec.ignore_merges},
+                    {"vocab", vocab},
+                    {"merges", merges}}}};
+  return j.dump();
+}
+
 ByteLevelBpeTokenizer ByteLevelBpeTokenizer::from_hf_json(const std::string& text,
                                                           const std::string& what) {
   const json j = hf::parse(text, what);

@@ -2,6 +2,7 @@
 
 #include "headlight/model/config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <nlohmann/json.hpp>
@@ -79,13 +80,42 @@ void validate(const GPTConfig& c) {
       const int64_t h = c.heads(l), g = c.kv_heads(l);
       check(h >= 0 && h <= c.n_head, "layer_heads: layer {} has {} heads, outside [0, n_head {}]",
             l, h, c.n_head);
-      check(
-          h == 0 ? g == 0 : (g > 0 && h % g == 0),
-          "layer_kv_heads: layer {} has {} key/value heads for {} query heads (must divide them; 0 "
-          "with 0)",
-          l, g, h);
+      if (c.layer_groups.empty())
+        check(h == 0 ? g == 0 : (g > 0 && h % g == 0),
+              "layer_kv_heads: layer {} has {} key/value heads for {} query heads (must divide "
+              "them; 0 with 0)",
+              l, g, h);
     }
   }
+  if (!c.layer_groups.empty()) {
+    check(c.layer_groups.size() == static_cast<size_t>(c.n_layer) && !c.layer_heads.empty(),
+          "layer_groups: needs layer_heads and one entry per layer ({}), got {}", c.n_layer,
+          c.layer_groups.size());
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const auto& groups = c.layer_groups[static_cast<size_t>(l)];
+      int64_t sum = 0;
+      for (int64_t n : groups) {
+        check(n >= 1, "layer_groups: layer {} has a key/value head with {} query heads", l, n);
+        sum += n;
+      }
+      check(static_cast<int64_t>(groups.size()) == c.kv_heads(l) && sum == c.heads(l),
+            "layer_groups: layer {} has groups of {} query heads in all for {} key/value heads; "
+            "layer_heads and layer_kv_heads say {} and {}",
+            l, sum, groups.size(), c.heads(l), c.kv_heads(l));
+    }
+  }
+}
+
+std::vector<int64_t> GPTConfig::group_sizes(int64_t layer) const {
+  if (!layer_groups.empty()) return layer_groups[static_cast<size_t>(layer)];
+  const int64_t g = kv_heads(layer);
+  return std::vector<int64_t>(static_cast<size_t>(g), g > 0 ? heads(layer) / g : 0);
+}
+
+bool GPTConfig::uniform_groups(int64_t layer) const {
+  if (layer_groups.empty()) return true;
+  const auto& groups = layer_groups[static_cast<size_t>(layer)];
+  return std::all_of(groups.begin(), groups.end(), [&](int64_t n) { return n == groups[0]; });
 }
 
 std::string to_json(const GPTConfig& c) {
@@ -118,6 +148,7 @@ std::string to_json(const GPTConfig& c) {
     j["layer_heads"] = c.layer_heads;
     j["layer_kv_heads"] = c.layer_kv_heads;
   }
+  if (!c.layer_groups.empty()) j["layer_groups"] = c.layer_groups;
   return j.dump();
 }
 
@@ -170,6 +201,7 @@ GPTConfig config_from_json(const std::string& text) {
   get("lm_head", c.lm_head, false);
   get("layer_heads", c.layer_heads, false);
   get("layer_kv_heads", c.layer_kv_heads, false);
+  get("layer_groups", c.layer_groups, false);
   validate(c);
   return c;
 }

@@ -130,7 +130,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       }
       detail::set_attention_grads(detail::dims(c, g.batch, g.len, l), datt + g.row0 * d.H * d.hd,
                                   dqkv + g.row0 * d.W, p);
-      if (d.H > 0) attention::backward(ctx, p, options.kernel);
+      detail::layer_attention(ctx, c, l, p, options.kernel, true);
       if (c.positional == Positional::rope) {
         float* dq = dqkv + g.row0 * d.W;
         apply_rope(s.rope, {g.batch * g.len, g.len, 0, d.W, d.H, true}, dq);

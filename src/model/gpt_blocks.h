@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "headlight/attention/dispatch.h"
 #include "headlight/attention/params.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/model/config.h"
@@ -35,6 +36,15 @@ attention::AttentionParams attention_params(const GPTConfig& c, const Dims& d, f
                                             float* att, float* lse, const float* alibi);
 // Points dout/dq/dk/dv of p at datt [rows, H·hd] and dqkv [rows, (H + 2G)·hd].
 void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::AttentionParams& p);
+
+// Runs a layer's attention p (forward, or backward when `backward`): one call when the layer's
+// key/value groups are equal, else one call per key/value head over its own query heads (a pruned
+// grouped-query layer, GPTConfig::layer_groups), each on sub-views of the same buffers; lse,
+// probabilities and row statistics are then group-major ([B, heads of group 0, T], [B, heads of
+// group 1, T], …: the same layout when B = 1).
+void layer_attention(ThreadContext& ctx, const GPTConfig& c, int64_t layer,
+                     const attention::AttentionParams& p, attention::KernelChoice kernel,
+                     bool backward);
 
 // x[i] ← keep_i ? x[i] / (1 − p) : 0 with keep_i = U(seed, stream, i) ≥ p. The backward of
 // dropout is the same call on the gradient.

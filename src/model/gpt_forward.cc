@@ -61,6 +61,49 @@ void set_attention_grads(const Dims& d, float* datt, float* dqkv, attention::Att
   p.dv = packed(d, dqkv, d.H + d.G);
 }
 
+void layer_attention(ThreadContext& ctx, const GPTConfig& c, int64_t layer,
+                     const attention::AttentionParams& p, attention::KernelChoice kernel,
+                     bool backward) {
+  if (p.shape.heads == 0) return;
+  auto run = [&](const attention::AttentionParams& q) {
+    if (backward)
+      attention::backward(ctx, q, kernel);
+    else
+      attention::forward(ctx, q, kernel);
+  };
+  if (c.uniform_groups(layer)) return run(p);
+  const int64_t B = p.shape.batch, T = p.shape.len_q, S = p.shape.len_kv;
+  auto shift = [](attention::Operand o, int64_t by) {
+    if (o.data) o.data += by;
+    return o;
+  };
+  int64_t h0 = 0, gi = 0;
+  for (const int64_t n : c.group_sizes(layer)) {
+    attention::AttentionParams g = p;
+    g.shape.heads = n;
+    g.shape.kv_heads = 1;
+    g.q = shift(p.q, h0 * p.q.head_stride);
+    g.k = shift(p.k, gi * p.k.head_stride);
+    g.v = shift(p.v, gi * p.v.head_stride);
+    g.out = shift(p.out, h0 * p.out.head_stride);
+    g.dout = shift(p.dout, h0 * p.dout.head_stride);
+    g.dq = shift(p.dq, h0 * p.dq.head_stride);
+    g.dk = shift(p.dk, gi * p.dk.head_stride);
+    g.dv = shift(p.dv, gi * p.dv.head_stride);
+    const int64_t rows = B * h0 * T;
+    if (p.lse) g.lse = p.lse + rows;
+    if (p.probs) g.probs = p.probs + rows * S;
+    if (p.entropy) g.entropy = p.entropy + rows;
+    if (p.argmax) g.argmax = p.argmax + rows;
+    if (p.max_weight) g.max_weight = p.max_weight + rows;
+    // Each group its own dropout stream (the keep index restarts at the group's first head).
+    if (p.options.dropout_p > 0) g.options.dropout_seed = p.options.dropout_seed + 0x9E37 * gi;
+    run(g);
+    h0 += n;
+    ++gi;
+  }
+}
+
 void dropout(ThreadContext& ctx, float* x, int64_t n, float p, uint64_t seed, uint64_t stream) {
   const float keep_scale = 1.0f / (1.0f - p);
   // One Philox block gives the uniforms of four consecutive elements (CounterRng's numbering).
@@ -284,7 +327,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
         p.options.dropout_p = c.dropout;
         p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l, i);
       }
-      if (d.H > 0) attention::forward(ctx, p, options.kernel);
+      detail::layer_attention(ctx, c, l, p, options.kernel, false);
     }
     a.gated = !gates_.ones(l);
     const float* attg = att;

@@ -35,6 +35,7 @@ std::string render_report(const ReportInput& in) {
   d["capture"] = parse(in.attention, "attention");
   d["heads"] = parse(in.heads, "heads");
   d["curve"] = parse(in.curve, "curve");
+  d["curve_measure"] = in.curve_measure;
   d["sweep"] = parse(in.sweep, "sweep");
   if (in.focus) d["focus"] = {in.focus->first, in.focus->second};
   std::string json = d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);

@@ -59,6 +59,7 @@ const P = (l, h, i, j) => { const r = C.probs[l][h][i]; return j < r.length ? r[
 const el = (tag, attrs, text) => { const e = document.createElement(tag);
   for (const k in attrs || {}) e.setAttribute(k, attrs[k]); if (text !== undefined) e.textContent = text; return e; };
 const show = s => s.replace(/\n/g, "\u21b5");
+const num = (v, d) => v === null || v === undefined ? "n/a" : v.toFixed(d);
 
 document.getElementById("title").textContent = D.title;
 document.getElementById("model").textContent = D.model;
@@ -96,7 +97,7 @@ function drawHead() {
     ln.append(t); svg.append(ln); lineCount++;
   }
   const r = rows[l + "," + h];
-  document.getElementById("role").textContent = r ? `role: ${r.role}, importance ${r.importance.toFixed(3)}` : "";
+  document.getElementById("role").textContent = r ? `role: ${r.role}, importance ${num(r.importance, 3)}, key/value head ${r.kv_head}` : "";
   document.body.dataset.lines = lineCount;
 }
 left.addEventListener("mouseover", e => {
@@ -132,7 +133,7 @@ for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
 for (const k in ROLE_COLOURS) { const s = el("span"); const i = el("i"); i.style.background = ROLE_COLOURS[k]; s.append(i, k); document.getElementById("legend").append(s); }
 
 // Head table.
-const cols = [["layer", r => r.layer], ["head", r => r.head], ["role", r => r.role],
+const cols = [["layer", r => r.layer], ["head", r => r.head], ["kv head", r => r.kv_head], ["role", r => r.role],
   ["importance", r => r.importance], ["ablation (loss +)", r => r.ablation],
   ["previous token", r => r.scores.previous_token], ["prev. token (text)", r => r.scores.previous_token_text], ["first token", r => r.scores.first_token],
   ["local", r => r.scores.local], ["induction", r => r.scores.induction],
@@ -147,8 +148,8 @@ function drawTable() {
   const data = D.heads.slice().sort((a, b) => { const x = cols[sortCol][1](a), y = cols[sortCol][1](b);
     return (x < y ? -1 : x > y ? 1 : 0) * sortDir; });
   for (const r of data) { const tr = el("tr"); cols.forEach((c, k) => { const v = c[1](r);
-    const td = el("td", {class: k === 2 ? "l" : ""}, typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : v);
-    if (k === 2) td.style.color = ROLE_COLOURS[v]; tr.append(td); }); t.append(tr); }
+    const td = el("td", {class: k === 3 ? "l" : ""}, v === null || v === undefined ? "n/a" : typeof v === "number" && !Number.isInteger(v) ? v.toFixed(3) : v);
+    if (k === 3) td.style.color = ROLE_COLOURS[v]; tr.append(td); }); t.append(tr); }
 }
 drawTable();
 
@@ -174,7 +175,7 @@ function plot(target, series, xLabel, yLabel) {
 }
 const curveColours = {importance: "#2ca02c", ablation: "#1f77b4", random: "#d62728"};
 plot("curve", Object.keys(curveColours).map(k => ({name: k, colour: curveColours[k],
-  points: D.curve.filter(p => p.method === k).map(p => [p.fraction, p.loss])})), "fraction of heads removed", "validation loss");
+  points: D.curve.filter(p => p.method === k).map(p => [p.fraction, p.loss])})), "fraction of heads removed", D.curve_measure);
 plot("sweep", [{name: "val loss", colour: "#1f77b4", points: D.sweep.map(r => [r.heads, r.val_loss])}], "heads (equal n_embd)", "validation loss");
 if (D.sweep.length) {
   const t = el("table"); t.append(el("tr"));

@@ -165,12 +165,63 @@ TEST(Prune, ThePrunedModelComputesWhatTheGatedModelComputes) {
   testing::expect_error([&] { prune_heads(m, {{2, 0}}); }, {"heads: (2, 0)"});
 }
 
+TEST(Prune, GroupedQueryHeadsLeaveUnequalGroupsThatComputeWhatTheGatesDo) {
+  // Six query heads over two key/value heads (groups of three), rotary positions, no biases.
+  const model::GPTConfig c{.vocab_size = 41,
+                           .n_layer = 2,
+                           .n_head = 6,
+                           .n_kv_head = 2,
+                           .n_embd = 48,
+                           .block_size = 32,
+                           .positional = model::Positional::rope,
+                           .norm = model::Norm::rmsnorm,
+                           .bias = false};
+  model::GPT m(c, 4);
+  ThreadContext ctx(2);
+  // Layer 0 keeps groups of 2 and 3; layer 1 loses its second key/value head with its last query
+  // head, keeping one group of 2.
+  const std::vector<HeadId> remove = {{0, 1}, {1, 2}, {1, 3}, {1, 4}, {1, 5}};
+  model::GPT small = prune_heads(m, remove);
+  EXPECT_EQ(small.config().layer_groups, (std::vector<std::vector<int64_t>>{{2, 3}, {2}}));
+  EXPECT_EQ(small.config().kv_heads(1), 1);
+  EXPECT_EQ(small.config().qkv_width(1), (2 + 2) * 8);
+  for (const auto& [l, h] : remove) m.gates().at(l, h) = 0.0f;
+  const auto tokens = data(32), targets = data(33);
+  const float* a = m.forward(ctx, tokens.data(), 1, 32);
+  const std::vector<float> want(a, a + 32 * 41);
+  const float* b = small.forward(ctx, tokens.data(), 1, 32);
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(b[i], want[i], 1e-5) << i;
+  // Gradients: those of the weights both models share (the embeddings) agree.
+  m.zero_grads();
+  small.zero_grads();
+  const double la = m.forward_backward(ctx, tokens.data(), targets.data() + 1, 1, 32);
+  const double lb = small.forward_backward(ctx, tokens.data(), targets.data() + 1, 1, 32);
+  EXPECT_NEAR(la, lb, 1e-5);
+  const int64_t wte = m.layout().at("transformer.wte.weight").numel;
+  for (int64_t i = 0; i < wte; ++i) ASSERT_NEAR(small.grads()[i], m.grads()[i], 1e-5) << i;
+  // Decoding token by token through the KV cache gives the forward's rows.
+  small.reset_cache();
+  for (int64_t t = 0; t < 32; ++t) {
+    const float* row = small.decode(ctx, tokens.data() + t, 1);
+    for (int64_t v = 0; v < 41; ++v)
+      ASSERT_NEAR(row[v], want[static_cast<size_t>(t * 41 + v)], 1e-4) << t << " " << v;
+  }
+  // The groups survive a checkpoint's JSON and a second pruning.
+  EXPECT_EQ(model::config_from_json(model::to_json(small.config())).layer_groups,
+            small.config().layer_groups);
+  model::GPT smaller = prune_heads(small, {{0, 0}, {0, 1}});
+  EXPECT_EQ(smaller.config().layer_groups, (std::vector<std::vector<int64_t>>{{3}, {2}}));
+  model::GPTConfig bad = small.config();
+  bad.layer_groups[0] = {1, 3};
+  testing::expect_error([&] { model::validate(bad); }, {"layer_groups: layer 0"});
+}
+
 TEST(Prune, CurveCoversEveryFractionAndMethod) {
   model::GPT m(config(), 2);
   ThreadContext ctx(2);
   const Dataset d = make_dataset(data(600), m.config(), 32, 4);
   const auto gates = m.gates().snapshot();
-  const auto curve = pruning_curve(ctx, m, d, 2);
+  const auto curve = pruning_curve(ctx, m, d, d, {.random_seeds = 2});
   ASSERT_EQ(curve.size(), 27u);
   for (size_t i = 0; i < curve.size(); ++i) {
     EXPECT_NEAR(curve[i].fraction, 0.1 * static_cast<double>(i / 3 + 1), 1e-12);
@@ -179,6 +230,27 @@ TEST(Prune, CurveCoversEveryFractionAndMethod) {
     EXPECT_TRUE(std::isfinite(curve[i].loss));
   }
   EXPECT_EQ(m.gates().snapshot(), gates);  // the model is left as it was
+  // Chosen fractions and methods, judged on other data: random is the mean of its seeds.
+  const Dataset held_out = make_dataset(data(900), m.config(), 32, 4);
+  const auto some = pruning_curve(ctx, m, d, held_out,
+                                  {.fractions = {0.25, 0.5},
+                                   .methods = {PruneBy::random, PruneBy::importance},
+                                   .random_seeds = 3});
+  ASSERT_EQ(some.size(), 4u);
+  EXPECT_EQ(some[0].method, "random");
+  EXPECT_EQ(some[1].method, "importance");
+  EXPECT_EQ(some[3].fraction, 0.5);
+  double sum = 0;
+  for (uint64_t seed = 1; seed <= 3; ++seed) {
+    model::GPT pruned = prune_heads(m, heads_to_remove(m.config(), {}, 2, seed));
+    sum += dataset_loss(ctx, pruned, held_out);
+  }
+  EXPECT_NEAR(some[0].loss, sum / 3, 1e-5);
+  testing::expect_error(
+      [&] {
+        pruning_curve(ctx, m, d, d, {.fractions = {0.5, 0.2}});
+      },
+      {"fractions: 0.2"});
 }
 
 TEST(Prune, HeadsToRemoveFollowsScoresOrSeed) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,24 @@ struct CorefResult {
   std::vector<double> accuracy;      // [n_layer, n_head]: fraction of passages a head gets right
   double nearest_name_accuracy = 0;  // the rule "the nearest preceding name"
 };
+
+// One passage through the model: every head's attention from the pronoun's row to each name's
+// span, weights[(l · n_head + h) · names + k] with k = 0 the antecedent and then the distractors in
+// order. Absent when the passage is longer than the context, its text does not align with its
+// tokens, or a name does not end before the pronoun's token.
+struct PassageWeights {
+  int64_t names = 0;
+  std::vector<double> weights;
+  bool nearest_is_antecedent = false;  // the nearest-name rule is right here
+  double weight(int64_t layer, int64_t head, int64_t n_head, int64_t name) const {
+    return weights[static_cast<size_t>((layer * n_head + head) * names + name)];
+  }
+  // Whether the head attends more to the antecedent than to every other name.
+  bool right(int64_t layer, int64_t head, int64_t n_head) const;
+};
+std::optional<PassageWeights> passage_weights(ThreadContext& ctx, model::GPT& m,
+                                              const model::TextTokenizer& tokenizer,
+                                              const CorefPassage& p);
 
 CorefResult natural_coreference(ThreadContext& ctx, model::GPT& m,
                                 const model::TextTokenizer& tokenizer,

@@ -11,26 +11,31 @@
 
 #include "headlight/inspect/analysis.h"
 #include "headlight/inspect/capture.h"
+#include "headlight/inspect/coreference.h"
 #include "headlight/train/trainer.h"
 
 namespace headlight::inspect {
 
 struct ExplainOptions {
   int64_t new_tokens = 12;  // greedy continuation of the text
-  int64_t sequences = 32;   // evaluation sequences for importance and pruning
-  int64_t seq = 0;          // tokens per sequence; 0: the model's context, at most 256
+  DataOptions data;         // importance is scored on its first part, pruning judged on the other
   double prune_fraction = 0.3;
-  int64_t random_seeds = 5;
   bool curve = true;
-  std::string corpus = "detective";
-  bool signatures = false;  // see RoleOptions::signatures
+  CurveOptions curve_options;  // its random_seeds also average the random pruning
+  bool ablation = true;        // ablation importance and pruning by it (an evaluation per head)
+  std::vector<CorefPassage> coreference{};  // natural passages every head is scored on
+  std::optional<CorefPassage> link{};       // the text's pronoun and names: which heads link them
 };
 
 struct Explanation {
   std::string continuation;
   Capture capture;
   std::vector<HeadRow> heads;
+  RoleScores uniform;  // the scores of a head that attends uniformly (the baseline)
+  std::optional<CorefResult> natural;
+  std::optional<PassageWeights> link;
   std::vector<CurvePoint> curve;
+  std::string curve_measure;  // "validation loss" (the detective corpus) or "held-out loss"
   // Pruning prune_fraction of the heads by gradient importance, by ablation importance, and at
   // random (mean over random_seeds); forward times of the full and the two pruned models.
   double loss_full = 0, loss_importance = 0, loss_ablation = 0, loss_random = 0;
@@ -64,7 +69,8 @@ DemoRecipe demo_recipe();
 train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
                                     const std::function<void(const train::StepReport&)>& on_step);
 
-Explanation explain(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
-                    const std::string& text, const ExplainOptions& o);
+// A decoder with an LM head and a tokenizer (Error naming what is missing otherwise).
+Explanation explain(ThreadContext& ctx, load::Model& model, const std::string& text,
+                    const ExplainOptions& o);
 
 }  // namespace headlight::inspect

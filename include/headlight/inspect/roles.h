@@ -8,8 +8,9 @@
 //                   stop), so this is lower for the same head
 //   first_token     mean over rows i ≥ 1 of P[i, 0]: the "sink"                (on a text)
 //   self            mean over rows of P[i, i]                                   (on a text)
-//   local           1 − (mean attention distance) / (that of uniform causal attention, i/2 at row
-//                   i), clipped to [0, 1]: 1 when every row looks at itself or its neighbours
+//   local           1 − (mean attention distance) / (that of uniform attention: i/2 at row i when
+//                   causal, the mean distance to every key in an encoder), clipped to [0, 1]: 1
+//                   when every row looks at itself or its neighbours
 //   induction       on sequences of random tokens repeated twice, r₁…r_n r₁…r_n: the mean over the
 //                   second copy's rows of the weight on the token after the earlier occurrence of
 //                   the query's token (P[n + k, k + 1]); the tokens are drawn from those of the
@@ -51,8 +52,10 @@ struct RoleScores {
   double coreference_sentence = 0, coreference_sentence_accuracy = 0;
 };
 
-// Scores that need one attention matrix p [seq, seq] (a causal or full row-stochastic matrix).
-void text_scores(const float* p, int64_t seq, RoleScores& s);
+// Scores that need one attention matrix p [seq, seq] (a causal or full row-stochastic matrix;
+// `causal` sets the uniform distance `local` is measured against: i/2 at row i, or the mean
+// distance to all seq keys).
+void text_scores(const float* p, int64_t seq, RoleScores& s, bool causal = true);
 // The induction score of p [2n, 2n] for a sequence made of n tokens repeated twice.
 double induction_score(const float* p, int64_t n);
 // The coreference accuracy of p for one story: the index of the mention (each a token range
@@ -74,14 +77,20 @@ struct RoleOptions {
   // Tokens the induction sequences are drawn from (empty: the whole vocabulary). A model knows only
   // the tokens of its corpus; head_table passes those of its evaluation data.
   std::vector<int32_t> induction_tokens;
+  // head_table: also ablation importance (one evaluation of the dataset per head: slow for a model
+  // of hundreds of heads; NaN when off).
+  bool ablation = true;
   // Fewer pronouns than this (stories longer than block_size are skipped) leave the coreference
   // scores at 0: too few to measure.
   int64_t min_pronouns = 30;
 };
 
 // Scores of every head, [n_layer × n_head] (layer major); heads a pruned layer lacks get zeros.
+// `uniform`, when given, receives the baseline: the scores of a head that attends uniformly (each
+// row spread evenly over the keys it may see) on the same sequences by the same code.
 std::vector<RoleScores> score_heads(ThreadContext& ctx, model::GPT& m,
-                                    const model::TextTokenizer* tokenizer, const RoleOptions& o);
+                                    const model::TextTokenizer* tokenizer, const RoleOptions& o,
+                                    RoleScores* uniform = nullptr);
 
 // The token of each byte offset: token_at[b] for a byte b of the text `tokens` decode to.
 std::vector<int64_t> byte_to_token(const model::TextTokenizer& t,

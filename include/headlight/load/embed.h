@@ -11,6 +11,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "headlight/core/tensor.h"
 #include "headlight/core/thread_context.h"
@@ -23,6 +24,12 @@ struct EmbedOptions {
   // Called after each batch with the number of texts done and the total (a progress bar).
   std::function<void(int64_t, int64_t)> progress{};
 };
+
+// The tokens of one text as embed_texts feeds them: special tokens added, then cut as the
+// tokenizers library truncates to max_len (the text's own tokens are cut so that they and the
+// special tokens around them, BERT's [CLS] … [SEP], fit). Throws when the text has no tokens.
+std::vector<int32_t> embedding_tokens(const model::TextTokenizer& t, const std::string& text,
+                                      int64_t max_len);
 
 // [texts, n_embd] float32. Throws Error when the model has no pooling or no tokenizer.
 Tensor embed_texts(ThreadContext& ctx, Model& m, std::span<const std::string> texts,

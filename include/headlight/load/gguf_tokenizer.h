@@ -15,6 +15,7 @@
 
 namespace headlight::load {
 
+model::ByteLevelBpeSpec tokenizer_spec_from_gguf(const io::GgufFile& file);
 model::ByteLevelBpeTokenizer tokenizer_from_gguf(const io::GgufFile& file);
 
 }  // namespace headlight::load

@@ -55,4 +55,11 @@ struct Model {
 // Reads a model from `path` (a checkpoint file, a Hugging Face folder or a .gguf file).
 Model load_model(const std::string& path);
 
+// Writes `net` (the source's model, or a pruned copy of it) as a headlight checkpoint at `path`
+// (atomically) that load_model reads back as the source was read: a headlight model's own
+// tokenizer as before; a real model's tokenizer as Hugging Face tokenizer.json text (the folder's
+// own file, or made from the GGUF metadata) under "headlight.hf_tokenizer", and its architecture,
+// pooling, max_seq_length, chat template and end tokens under "headlight.source".
+void write_model(const Model& source, const model::GPT& net, const std::string& path);
+
 }  // namespace headlight::load

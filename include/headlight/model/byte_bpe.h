@@ -40,6 +40,12 @@ struct ByteLevelBpeSpec {
   std::vector<int32_t> prefix, suffix;  // put around every sequence (a BOS token)
 };
 
+// The spec as a Hugging Face tokenizer.json (BPE model, Split and ByteLevel pre-tokenisers,
+// TemplateProcessing for the prefix and suffix) that from_hf_json and the `tokenizers` library
+// read back to the same tokenizer: how a model read from a GGUF file keeps its tokenizer when
+// headlight writes it.
+std::string to_hf_json(const ByteLevelBpeSpec& spec);
+
 class ByteLevelBpeTokenizer {
  public:
   // `what` names the source in errors (a token missing from the vocabulary, a bad pattern).

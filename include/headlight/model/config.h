@@ -41,6 +41,10 @@ struct GPTConfig {
   // n_embd / n_head.
   std::vector<int64_t> layer_heads{};
   std::vector<int64_t> layer_kv_heads{};
+  // Query heads of each key/value head, per layer, when a pruned grouped-query layer's groups are
+  // no longer equal (empty: heads(l) / kv_heads(l) each). Query heads stay ordered by group: the
+  // first layer_groups[l][0] use key/value head 0, the next layer_groups[l][1] head 1, …
+  std::vector<std::vector<int64_t>> layer_groups{};
 
   int64_t head_dim() const { return n_embd / n_head; }
   int64_t heads(int64_t layer) const {
@@ -49,6 +53,11 @@ struct GPTConfig {
   int64_t kv_heads(int64_t layer) const {
     return layer_kv_heads.empty() ? n_kv_head : layer_kv_heads[static_cast<size_t>(layer)];
   }
+  // The query heads of each key/value head of a layer (kv_heads(layer) entries adding up to
+  // heads(layer)).
+  std::vector<int64_t> group_sizes(int64_t layer) const;
+  // Whether a layer's groups are equal (one attention call covers the layer).
+  bool uniform_groups(int64_t layer) const;
   int64_t qkv_width(int64_t layer) const {
     return (heads(layer) + 2 * kv_heads(layer)) * head_dim();
   }

@@ -33,9 +33,11 @@ struct ReportInput {
   // Required: {"n_layer", "n_head", "seq", "layer_heads", "tokens", "token_text", "words",
   // "stats", "probs" [layer][head][row] (each row up to its last non-zero weight), "word_probs"}.
   std::string attention;
-  // [{"layer", "head", "role", "importance", "ablation", "scores": {name: value}}]; may be empty.
+  // [{"layer", "head", "kv_head", "role", "importance", "ablation" (null: not measured),
+  //   "scores": {name: value}}]; may be empty.
   std::string heads = "[]";
-  std::string curve = "[]";  // [{"method", "fraction", "loss"}]; may be empty
+  std::string curve = "[]";                       // [{"method", "fraction", "loss"}]; may be empty
+  std::string curve_measure = "validation loss";  // what the curve's "loss" is
   // [{"heads", "val_loss", "tokens_per_second", "best_scores": {name: value}}]; may be empty.
   std::string sweep = "[]";
   std::optional<std::pair<int64_t, int64_t>> focus;  // (layer, head) the head view opens with
