@@ -148,7 +148,8 @@ void bind_tokenizer(py::module_& m) {
 }
 
 void bind_gpt_model(py::module_& m) {
-  py::class_<PyGPT>(m, "GPT")
+  py::class_<PyGPT> gpt_class(m, "GPT");
+  gpt_class
       .def(py::init([](const py::dict& config, uint64_t seed, int threads) {
              auto gpt = std::make_unique<model::GPT>(config_from(config), seed);
              std::optional<model::Tokenizer> tok;
@@ -183,12 +184,6 @@ void bind_gpt_model(py::module_& m) {
       .def("forward", &gpt_forward, py::arg("tokens"))
       .def("loss_and_grads", &gpt_loss_and_grads, py::arg("tokens"), py::arg("targets"))
       .def("loss", &gpt_loss, py::arg("tokens"), py::arg("targets"))
-      .def(
-          "attention",
-          [](PyGPT& self, const py::object& tokens) {
-            return attention_of(self.ctx, *self.model, tokens);
-          },
-          py::arg("tokens"))
       .def("generate", &gpt_generate, py::arg("tokens"), py::arg("max_new_tokens"),
            py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
            py::arg("top_p") = py::none(), py::arg("seed") = 0)
@@ -218,6 +213,7 @@ void bind_gpt_model(py::module_& m) {
                                          self.model->layout().total(), max_norm);
           },
           py::arg("max_norm"));
+  bind_head_calls(gpt_class, [](PyGPT& self) { return std::pair{&self.ctx, self.model.get()}; });
 }
 
 void bind_optimizer(py::module_& m) {

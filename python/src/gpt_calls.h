@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "headlight/core/thread_context.h"
@@ -23,6 +24,47 @@ py::dict named_arrays(const model::GPT& m, const float* base);
 // Every layer's and head's attention [n_layer, n_head, T, T] for one sequence (zeros for the heads
 // a pruned layer lacks), from an inference forward.
 py::array_t<float> attention_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens);
+
+// A forward of one sequence that keeps what is asked and no [T, T] matrix of the others:
+// {"entropy", "max_weight": float32 [n_layer, n_head, T], "argmax": int64 [n_layer, n_head, T]}
+// when `stats`, and {"heads": {(layer, head): float32 [T, T]}} for the chosen heads (each
+// recomputed from the forward's saved queries and keys, GPT::head_attention).
+py::dict capture_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens,
+                    const std::vector<std::pair<int64_t, int64_t>>& heads, bool stats);
+
+// Gradient importance [n_layer, n_head] (inspect::gradient_importance: Michel et al., normalised
+// per layer) on windows of `seq` tokens of a token stream, with the model's objective.
+py::array_t<double> importance_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens,
+                                  int64_t seq);
+
+// Binds attention, capture and head_importance on a class whose objects give (ctx, model) through
+// `get` (headlight.GPT and headlight.Model).
+template <typename Class, typename Get>
+void bind_head_calls(Class& cls, Get get) {
+  cls.def(
+         "attention",
+         [get](typename Class::type& self, const py::object& tokens) {
+           auto [ctx, m] = get(self);
+           return attention_of(*ctx, *m, tokens);
+         },
+         py::arg("tokens"))
+      .def(
+          "capture",
+          [get](typename Class::type& self, const py::object& tokens,
+                const std::vector<std::pair<int64_t, int64_t>>& heads, bool stats) {
+            auto [ctx, m] = get(self);
+            return capture_of(*ctx, *m, tokens, heads, stats);
+          },
+          py::arg("tokens"), py::arg("heads") = std::vector<std::pair<int64_t, int64_t>>{},
+          py::arg("stats") = true)
+      .def(
+          "head_importance",
+          [get](typename Class::type& self, const py::object& tokens, int64_t seq) {
+            auto [ctx, m] = get(self);
+            return importance_of(*ctx, *m, tokens, seq);
+          },
+          py::arg("tokens"), py::arg("seq"));
+}
 
 // New tokens after one sequence of `tokens`.
 std::vector<int32_t> generate_from(ThreadContext& ctx, model::GPT& m, const py::object& tokens,

@@ -155,8 +155,8 @@ void bind_load(py::module_& m) {
       .def_property_readonly("lossless", &model::TextTokenizer::lossless)
       .def("id", &model::TextTokenizer::id, py::arg("token"));
 
-  py::class_<PyModel>(m, "Model")
-      .def_property_readonly("config", &model_config)
+  py::class_<PyModel> model_class(m, "Model");
+  model_class.def_property_readonly("config", &model_config)
       .def_property_readonly("path", [](const PyModel& self) { return self.m.path; })
       .def_property_readonly(
           "tokenizer",
@@ -166,12 +166,6 @@ void bind_load(py::module_& m) {
                              [](const PyModel& self) { return self.m.chat_template; })
       .def("forward", &model_forward, py::arg("tokens"), py::arg("token_types") = py::none(),
            py::arg("lengths") = py::none())
-      .def(
-          "attention",
-          [](PyModel& self, const py::object& tokens) {
-            return attention_of(self.ctx, self.m.net, tokens);
-          },
-          py::arg("tokens"))
       .def("generate", &model_generate, py::arg("tokens"), py::arg("max_new_tokens"),
            py::arg("temperature") = 1.0f, py::arg("top_k") = py::none(),
            py::arg("top_p") = py::none(), py::arg("seed") = 0, py::arg("stop_at_eos") = true)
@@ -212,6 +206,7 @@ void bind_load(py::module_& m) {
            py::arg("token_types") = py::none(), py::arg("lengths") = py::none())
       .def("state_dict",
            [](const PyModel& self) { return named_arrays(self.m.net, self.m.net.params()); });
+  bind_head_calls(model_class, [](PyModel& self) { return std::pair{&self.ctx, &self.m.net}; });
 
   m.def(
       "load",

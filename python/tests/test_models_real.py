@@ -114,6 +114,74 @@ def test_smollm2_logits_and_attention_equal_transformers(smollm2, smollm2_ref):
         assert np.abs(att[layer] - a[0].numpy()).max() < 1e-4, layer
 
 
+CAPTURE_TEXTS = ["Maria lost her keys, so she looked under the sofa.",
+                 "In the beginning God created the heaven and the earth. And the earth was "
+                 "without form, and void; and darkness was upon the face of the deep.",
+                 "def f(x):\n    return x ** 2  # déjà vu, 東京 🎉"]
+
+
+@pytest.mark.parametrize("model_name", ["minilm", "smollm2"])
+def test_capture_equals_transformers_output_attentions(model_name, request):
+    """Every layer's and head's attention, the per-row statistics of the fused kernel and chosen
+    heads recomputed after the forward equal transformers' eager output_attentions on several
+    texts."""
+    model = request.getfixturevalue(model_name)
+    ref = request.getfixturevalue(model_name + "_ref")
+    c = model.config
+    for text in CAPTURE_TEXTS:
+        ids = np.array([model.tokenizer.encode(text)], dtype=np.int32)
+        with torch.no_grad():
+            want = np.stack([a[0].numpy() for a in ref(torch.tensor(ids, dtype=torch.long),
+                                                        output_attentions=True).attentions])
+        assert np.abs(model.attention(ids) - want).max() < 1e-4, text
+        chosen = [(0, 0), (c["n_layer"] - 1, c["n_head"] - 1), (c["n_layer"] // 2, 1)]
+        cap = model.capture(ids, heads=chosen)
+        for (layer, head) in chosen:
+            assert np.abs(cap["heads"][(layer, head)] - want[layer, head]).max() < 1e-4
+        with np.errstate(divide="ignore", invalid="ignore"):
+            entropy = -np.where(want > 0, want * np.log(want), 0).sum(-1)
+        assert np.abs(cap["entropy"] - entropy).max() < 1e-3
+        assert np.abs(cap["max_weight"] - want.max(-1)).max() < 1e-4
+        picked = np.take_along_axis(want, cap["argmax"][..., None], -1)[..., 0]
+        assert np.abs(picked - want.max(-1)).max() < 1e-4  # the argmax, or a key tied with it
+    with pytest.raises(ValueError, match=r"heads: \(99, 0\) is not a head"):
+        model.capture(ids, heads=[(99, 0)])
+
+
+def test_head_importance_equals_gates_and_autograd_in_torch(tmp_path):
+    """Gradient importance (Michel et al.: E|ξ·∂L/∂ξ| per window, normalised per layer) equals
+    the same computed with transformers: gates on each head's slice of the output projection's
+    input, autograd, one window at a time."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(1)
+    cfg = LlamaConfig(vocab_size=97, hidden_size=48, intermediate_size=64, num_hidden_layers=3,
+                      num_attention_heads=6, num_key_value_heads=2, max_position_embeddings=64)
+    ref = LlamaForCausalLM(cfg).eval()
+    ref.save_pretrained(tmp_path / "llama")
+    model = headlight.load(str(tmp_path / "llama"), threads=2)
+    stream = np.random.default_rng(0).integers(0, 97, size=5 * 24 + 1).astype(np.int32)
+    got = model.head_importance(stream, 24)
+    gates = torch.ones(3, 6, requires_grad=True)
+    hooks = []
+    for layer, block in enumerate(ref.model.layers):
+        def hook(module, args, layer=layer):
+            x = args[0]
+            return (x * gates[layer].repeat_interleave(8).to(x.dtype),)
+        hooks.append(block.self_attn.o_proj.register_forward_pre_hook(hook))
+    want = torch.zeros(3, 6)
+    for w in range(5):
+        x = torch.tensor(stream[None, w * 24:(w + 1) * 24], dtype=torch.long)
+        y = torch.tensor(stream[None, w * 24 + 1:(w + 1) * 24 + 1], dtype=torch.long)
+        logits = ref(x).logits
+        loss = torch.nn.functional.cross_entropy(logits[0], y[0])
+        (g,) = torch.autograd.grad(loss, gates)
+        want += (gates * g).abs().detach()
+    for h in hooks:
+        h.remove()
+    want = (want / want.norm(dim=1, keepdim=True)).numpy()
+    assert np.abs(got - want).max() < 1e-4, (got, want)
+
+
 def test_smollm2_greedy_generation_equals_transformers(smollm2, smollm2_ref):
     prompt = smollm2.tokenizer.encode("The capital of France is")
     got = smollm2.generate(np.array(prompt, dtype=np.int32), 24, temperature=0)

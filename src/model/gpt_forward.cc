@@ -154,8 +154,10 @@ void set_segments(const GPTConfig& c, int64_t batch, int64_t seq, bool cached,
   }
   check(batch == 1, "lengths: packed sequences need a batch of one row of tokens, got {}", batch);
   check(!cached, "lengths: packed sequences cannot use the KV cache");
-  check(o.attention_probs == nullptr,
-        "lengths: packed sequences cannot return attention probabilities (one sequence at a time)");
+  check(o.attention_probs == nullptr && o.attention_entropy == nullptr &&
+            o.attention_argmax == nullptr && o.attention_max_weight == nullptr,
+        "lengths: packed sequences cannot return attention probabilities or statistics (one "
+        "sequence at a time)");
   int64_t row = 0;
   for (int64_t len : o.lengths) {
     check(len > 0 && len <= c.block_size, "lengths: {} is outside [1, block_size {}]", len,
@@ -259,6 +261,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   s.seq = seq;
   detail::set_segments(c, batch, seq, cached, options, s);
   s.inference = options.inference || cached;
+  s.cached = cached;
   s.x.resize(static_cast<size_t>(c.n_layer + 1));
   s.blocks.resize(static_cast<size_t>(c.n_layer));
 
@@ -323,6 +326,10 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
                           s.cache_v[static_cast<size_t>(l)], p);
       if (options.attention_probs)
         p.probs = options.attention_probs + l * d.B * c.n_head * d.T * d.T;
+      const int64_t stats = l * d.B * c.n_head * d.T;  // this layer's [B, n_head, T]
+      if (options.attention_entropy) p.entropy = options.attention_entropy + stats;
+      if (options.attention_argmax) p.argmax = options.attention_argmax + stats;
+      if (options.attention_max_weight) p.max_weight = options.attention_max_weight + stats;
       if (drop) {
         p.options.dropout_p = c.dropout;
         p.options.dropout_seed = detail::attention_dropout_seed(options.seed, l, i);
@@ -390,6 +397,37 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
                       final_in + (d.rows - out_rows) * d.C, d.C, P + off.lm_head, nullptr, logits,
                       d.V);
   return logits;
+}
+
+void GPT::head_attention(ThreadContext& ctx, int64_t layer, int64_t head, float* probs,
+                         attention::KernelChoice kernel) {
+  State& s = *state_;
+  const GPTConfig& c = config_;
+  check(!s.blocks.empty() && s.batch == 1 && s.segments.size() == 1 && !s.cached,
+        "head_attention: needs a forward of one sequence first (not packed, not decoding)");
+  check(layer >= 0 && layer < c.n_layer && head >= 0 && head < c.heads(layer),
+        "head_attention: ({}, {}) is not a head of this model ({} layers, {} heads in that layer)",
+        layer, head, c.n_layer, layer >= 0 && layer < c.n_layer ? c.heads(layer) : 0);
+  const Dims d = detail::dims(c, 1, s.seq, layer);
+  int64_t kv = 0, first = 0;  // the key/value head `head` reads
+  for (const int64_t n : c.group_sizes(layer)) {
+    if (head < first + n) break;
+    first += n;
+    ++kv;
+  }
+  std::vector<float> out(static_cast<size_t>(d.T * d.hd));  // [T, hd], not needed
+  attention::AttentionParams p =
+      detail::attention_params(c, d, s.blocks[static_cast<size_t>(layer)].qkv.ptr(), out.data(),
+                               nullptr, s.alibi.empty() ? nullptr : s.alibi.data() + head);
+  p.shape.heads = 1;
+  p.shape.kv_heads = 1;
+  p.q.data += head * d.hd;
+  p.k.data += kv * d.hd;
+  p.v.data += kv * d.hd;
+  p.out = {.data = out.data(), .batch_stride = d.T * d.hd, .head_stride = d.hd, .row_stride = d.hd};
+  p.lse = nullptr;
+  p.probs = probs;
+  attention::forward(ctx, p, kernel);
 }
 
 double GPT::loss(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets, int64_t batch,

@@ -55,6 +55,7 @@ struct GPT::State {
   int64_t batch = 0, seq = 0;      // shape of the last forward
   std::vector<Segment> segments;   // of the last forward
   bool inference = false;          // the last forward kept no activations for a backward
+  bool cached = false;             // the last forward was decoding (its rows attended the cache)
   std::vector<int64_t> positions;  // [rows] packed sequences: each row's position
   std::vector<Buffer> x;           // [n_layer + 1] residual stream, [rows, C] each
   Buffer emb, lne_mean, lne_rstd;  // embedding_norm: the summed embeddings before ln_e, its stats

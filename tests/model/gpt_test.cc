@@ -235,6 +235,61 @@ TEST(GPT, GateZeroRemovesAHeadAndItsGradientIsExact) {
   EXPECT_NEAR(g, (up - down) / (2 * h), 2e-3 * std::max(1.0, std::abs(g)));
 }
 
+TEST(GPT, RowStatisticsAndOneHeadsAttentionEqualTheFullCapture) {
+  // Grouped-query heads, one layer's groups unequal (a pruned model's layout).
+  GPTConfig c = small_config();
+  c.n_head = 6;
+  c.n_kv_head = 2;
+  c.n_embd = 48;
+  c.layer_heads = {6, 5};
+  c.layer_kv_heads = {2, 2};
+  c.layer_groups = {{3, 3}, {2, 3}};
+  GPT m(c, 9);
+  ThreadContext ctx(2);
+  const int64_t T = 19, L = c.n_layer, H = c.n_head;
+  const auto tokens = tokens_for(T, c.vocab_size, 4);
+  std::vector<float> probs(static_cast<size_t>(L * H * T * T), 0.0f);
+  ForwardOptions all;
+  all.attention_probs = probs.data();
+  const float* a = m.forward(ctx, tokens.data(), 1, T, all);
+  const std::vector<float> logits(a, a + T * c.vocab_size);
+  std::vector<float> entropy(static_cast<size_t>(L * H * T), -1.0f), top(entropy.size(), -1.0f);
+  std::vector<int64_t> arg(entropy.size(), -2);
+  ForwardOptions stats;
+  stats.inference = true;
+  stats.attention_entropy = entropy.data();
+  stats.attention_argmax = arg.data();
+  stats.attention_max_weight = top.data();
+  const float* b = m.forward(ctx, tokens.data(), 1, T, stats);
+  for (int64_t i = 0; i < T * c.vocab_size; ++i) ASSERT_NEAR(b[i], logits[i], 1e-5) << i;
+  std::vector<float> one(static_cast<size_t>(T * T));
+  for (int64_t l = 0; l < L; ++l)
+    for (int64_t h = 0; h < c.heads(l); ++h) {
+      const float* p = probs.data() + (l * H + h) * T * T;
+      for (int64_t i = 0; i < T; ++i) {
+        double ent = 0, best = -1;
+        int64_t best_j = -1;
+        for (int64_t j = 0; j < T; ++j) {
+          const double w = p[i * T + j];
+          if (w > 0) ent -= w * std::log(w);
+          if (w > best) best = w, best_j = j;
+        }
+        const size_t k = static_cast<size_t>((l * H + h) * T + i);
+        EXPECT_NEAR(entropy[k], ent, 1e-4) << l << " " << h << " " << i;
+        EXPECT_NEAR(top[k], best, 1e-5);
+        EXPECT_NEAR(p[i * T + arg[k]], best, 1e-5);  // the argmax or a key tied with it
+      }
+      // One head recomputed after the forward: the same matrix.
+      m.head_attention(ctx, l, h, one.data());
+      for (int64_t i = 0; i < T * T; ++i)
+        ASSERT_NEAR(one[i], p[i], 1e-6) << l << " " << h << " " << i;
+    }
+  expect_error([&] { m.head_attention(ctx, 1, 5, one.data()); }, {"head_attention: (1, 5)"});
+  m.reset_cache();
+  m.decode(ctx, tokens.data(), 3);
+  expect_error([&] { m.head_attention(ctx, 0, 0, one.data()); }, {"not decoding"});
+}
+
 TEST(Tokenizer, RoundTripsAndSerialises) {
   const std::string text = "the cat sat on the mat; the cat ate 42 rats.\n";
   std::string corpus;

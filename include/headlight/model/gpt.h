@@ -36,6 +36,12 @@ struct ForwardOptions {
   // set and the config has dropout),
   // [n_layer, B, n_head, T, T], recomputed by the fused kernel from the saved log-sum-exp.
   float* attention_probs = nullptr;
+  // When non-null: per-row statistics of every layer's and head's attention (before dropout),
+  // [n_layer, B, n_head, T] each: the entropy (nats), the most attended key and its weight
+  // (attention/params.h). Computed inside the fused kernel: no [T, T] matrix is stored.
+  float* attention_entropy = nullptr;
+  int64_t* attention_argmax = nullptr;
+  float* attention_max_weight = nullptr;
   // No backward follows (embeddings, generation, capture): the MLP's activation runs in its
   // product's epilogue and the pre-activation values are not kept; backward() after such a
   // forward is an error. Decoding with the KV cache is always so.
@@ -106,6 +112,13 @@ class GPT {
   void reset_cache();
   int64_t cache_length() const;
   const float* decode(ThreadContext& ctx, const int32_t* tokens, int64_t count,
+                      attention::KernelChoice kernel = attention::KernelChoice::automatic);
+
+  // The exact attention P [T, T] of one head after a forward of one sequence (batch 1, not
+  // packed, not decoding), recomputed from the queries and keys that forward saved: one head's
+  // share of the layer's attention, so that a long context's chosen heads can be seen without
+  // every head's [T, T] matrix (ForwardOptions::attention_probs). Throws naming what is missing.
+  void head_attention(ThreadContext& ctx, int64_t layer, int64_t head, float* probs,
                       attention::KernelChoice kernel = attention::KernelChoice::automatic);
 
   struct State;  // activations, KV cache and tables (src/model/gpt_state.h)
