@@ -259,7 +259,9 @@ void add_explain(CLI::App& app) {
   auto a = std::make_shared<Args>();
   a->report = "report.html";
   auto* cmd = app.add_subcommand("explain", "The head report of any model on any text");
-  cmd->add_option("model", a->model, "Checkpoint, Hugging Face folder or .gguf file (a decoder)")
+  cmd->add_option("model", a->model,
+                  "Checkpoint, Hugging Face folder or .gguf file (a decoder or an embedding "
+                  "model)")
       ->required();
   cmd->add_option("text", a->text, "The text")->required();
   add_explain_options(cmd, *a);

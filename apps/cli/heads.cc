@@ -211,12 +211,14 @@ void add_prune(CLI::App& app) {
           a->model);
     if (a->curve) {
       const auto points = inspect::pruning_curve(ctx, net, score, judge, co);
+      const double full = inspect::dataset_loss(ctx, net, judge);
       if (a->json) {
-        fmt::print("{{\"measure\":\"{}\",\"curve\":{}}}\n", judge.measure(),
+        fmt::print("{{\"measure\":\"{}\",\"full\":{},\"curve\":{}}}\n", judge.measure(), full,
                    inspect::curve_json(points));
         return;
       }
-      fmt::print("held-out {} by fraction of heads removed\n{:>8}", judge.measure(), "fraction");
+      fmt::print("held-out {} by fraction of heads removed (the full model: {:.4f})\n{:>8}",
+                 judge.measure(), full, "fraction");
       for (auto by : co.methods) fmt::print(" {:>11}", inspect::prune_by_name(by));
       fmt::print("\n");
       for (size_t i = 0; i < points.size(); i += co.methods.size()) {

@@ -20,15 +20,35 @@ py::dict named_arrays(const model::GPT& m, const float* base) {
   return out;
 }
 
-py::array_t<float> attention_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens) {
+py::array_t<float> attention_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens,
+                                const py::object& out) {
   int64_t b, t;
   auto arr = token_array(tokens, "tokens", b, t);
   check(b == 1, "tokens: attention() takes one sequence, got a batch of {}", b);
   const auto& c = m.config();
-  py::array_t<float> probs({c.n_layer, c.n_head, t, t});
-  std::fill(probs.mutable_data(), probs.mutable_data() + probs.size(), 0.0f);
+  // (checked before the [n_layer, n_head, T, T] array is made)
+  check(t <= c.block_size, "tokens: sequence of {} is longer than block_size {}", t, c.block_size);
+  py::array_t<float> probs;
+  if (out.is_none()) {
+    probs = py::array_t<float>({c.n_layer, c.n_head, t, t});
+  } else {
+    // The caller's array, reused (no fresh pages to fault in on every call).
+    check(py::isinstance<py::array_t<float>>(out) &&
+              (out.cast<py::array>().flags() & py::array::c_style) != 0,
+          "out: expected a C-contiguous float32 array");
+    probs = out.cast<py::array_t<float>>();
+    check(probs.ndim() == 4 && probs.shape(0) == c.n_layer && probs.shape(1) == c.n_head &&
+              probs.shape(2) == t && probs.shape(3) == t && probs.writeable(),
+          "out: expected a writeable [{}, {}, {}, {}] array", c.n_layer, c.n_head, t, t);
+  }
+  // The kernel writes every entry of the heads a layer has (zeros where masked); the heads a
+  // pruned layer lacks are zero.
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    std::fill(probs.mutable_data() + (l * c.n_head + c.heads(l)) * t * t,
+              probs.mutable_data() + (l + 1) * c.n_head * t * t, 0.0f);
   model::ForwardOptions o;
   o.inference = true;
+  o.logits = false;  // not returned: the LM head's product is skipped
   o.attention_probs = probs.mutable_data();
   {
     py::gil_scoped_release release;
@@ -43,6 +63,7 @@ py::dict capture_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens,
   auto arr = token_array(tokens, "tokens", b, t);
   check(b == 1, "tokens: capture() takes one sequence, got a batch of {}", b);
   const auto& c = m.config();
+  check(t <= c.block_size, "tokens: sequence of {} is longer than block_size {}", t, c.block_size);
   for (const auto& [l, h] : heads)
     check(l >= 0 && l < c.n_layer && h >= 0 && h < c.heads(l),
           "heads: ({}, {}) is not a head of this model ({} layers, {} heads in that layer)", l, h,
@@ -50,6 +71,7 @@ py::dict capture_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens,
   py::dict out;
   model::ForwardOptions o;
   o.inference = true;
+  o.logits = false;  // not returned: the LM head's product is skipped
   std::optional<py::array_t<float>> entropy, top;
   std::optional<py::array_t<int64_t>> argmax;
   if (stats) {

@@ -23,7 +23,9 @@ py::dict named_arrays(const model::GPT& m, const float* base);
 
 // Every layer's and head's attention [n_layer, n_head, T, T] for one sequence (zeros for the heads
 // a pruned layer lacks), from an inference forward.
-py::array_t<float> attention_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens);
+// `out`: None, or a C-contiguous float32 array of that shape to write into (and return).
+py::array_t<float> attention_of(ThreadContext& ctx, model::GPT& m, const py::object& tokens,
+                                const py::object& out);
 
 // A forward of one sequence that keeps what is asked and no [T, T] matrix of the others:
 // {"entropy", "max_weight": float32 [n_layer, n_head, T], "argmax": int64 [n_layer, n_head, T]}
@@ -43,11 +45,11 @@ template <typename Class, typename Get>
 void bind_head_calls(Class& cls, Get get) {
   cls.def(
          "attention",
-         [get](typename Class::type& self, const py::object& tokens) {
+         [get](typename Class::type& self, const py::object& tokens, const py::object& out) {
            auto [ctx, m] = get(self);
-           return attention_of(*ctx, *m, tokens);
+           return attention_of(*ctx, *m, tokens, out);
          },
-         py::arg("tokens"))
+         py::arg("tokens"), py::arg("out") = py::none())
       .def(
           "capture",
           [get](typename Class::type& self, const py::object& tokens,

@@ -146,6 +146,15 @@ def test_capture_equals_transformers_output_attentions(model_name, request):
         assert np.abs(picked - want.max(-1)).max() < 1e-4  # the argmax, or a key tied with it
     with pytest.raises(ValueError, match=r"heads: \(99, 0\) is not a head"):
         model.capture(ids, heads=[(99, 0)])
+    with pytest.raises(ValueError, match=r"heads: \(0, -1\) is not a head"):
+        model.capture(ids, heads=[(0, -1)])
+    with pytest.raises(ValueError, match=r"tokens: expected a non-empty"):
+        model.capture(np.zeros((1, 0), np.int32))
+    too_long = np.zeros((1, c["block_size"] + 1), np.int32)
+    with pytest.raises(ValueError, match=r"is longer than block_size"):
+        model.capture(too_long)
+    with pytest.raises(ValueError, match=r"is longer than block_size"):
+        model.attention(too_long)
 
 
 def test_head_importance_equals_gates_and_autograd_in_torch(tmp_path):
@@ -375,6 +384,17 @@ def test_head_tools_on_real_models(smollm2_tokenizer, tmp_path):
     assert {p["method"] for p in curve} >= {"importance", "random"}
     r = run("heads", tmp_path / "llama", "--seq", 5000, check=False)
     assert r.returncode != 0 and "--seq: 5000 is longer than the model's context 4096" in r.stderr
+    # A text longer than the context, or empty, is refused before any work.
+    long_text = "word " * 5000
+    for args, message in [(["heads", tmp_path / "llama", "--text", long_text],
+                           "tokens, longer than the model's context 4096"),
+                          (["explain", tmp_path / "llama", long_text],
+                           "tokens, longer than the model's context 4096"),
+                          (["explain", tmp_path / "llama", ""], "text: empty")]:
+        r = run(*args, "--report", tmp_path / "x.html", check=False) if args[0] == "explain" \
+            else run(*args, check=False)
+        assert r.returncode != 0 and message in r.stderr, (args[0], r.stderr[-300:])
+    assert not (tmp_path / "x.html").exists()
 
     # explain: any decoder gets the whole report (grouped-query ones too); an encoder a clear
     # error before any work, and no report.
@@ -391,9 +411,22 @@ def test_head_tools_on_real_models(smollm2_tokenizer, tmp_path):
     r = run("explain", tmp_path / "llama", "Maria lost her keys; later she found them.",
             "--sequences", 2, "--seq", 64, "--no-curve", "--report", report)
     assert "Pruning 30% of the heads (2)" in r.stdout and report.exists()
+    # An embedding model: no continuation, pruning judged by the held-out sentence embeddings.
     report.unlink()
-    r = run("explain", MINILM_DIR, "text", "--report", report, check=False)
-    assert r.returncode != 0 and "this encoder has no LM head" in r.stderr
+    prose = Path(__file__).resolve().parents[2] / "data" / "genesis.txt"
+    r = run("explain", MINILM_DIR, "Maria lost her keys; later she found them.", "--corpus", prose,
+            "--sequences", 2, "--no-curve", "--no-ablation", "--report", report)
+    assert "Continuation" not in r.stdout and "held-out 1 − cosine 0.0000 →" in r.stdout
+    assert report.exists()
+    # An encoder with neither an LM head nor pooling: a clear error before any work, no report.
+    from transformers import BertConfig, BertModel
+    BertModel(BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=64)).save_pretrained(
+        tmp_path / "bert")
+    (tmp_path / "bert" / "tokenizer.json").write_bytes((MINILM_DIR / "tokenizer.json").read_bytes())
+    report.unlink()
+    r = run("explain", tmp_path / "bert", "text", "--report", report, check=False)
+    assert r.returncode != 0 and "has neither an LM head nor pooling" in r.stderr
     assert not report.exists()
 
 

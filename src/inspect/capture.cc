@@ -33,14 +33,25 @@ HeadStats head_stats(const float* p, int64_t seq) {
   return s;
 }
 
+namespace {
+
+// A special token spelled as such: "[CLS]", "[SEP]", "<|im_start|>", "<s>", "</s>".
+bool special_token(const std::string& s) {
+  return (s.size() > 2 && s.front() == '[' && s.back() == ']') ||
+         (s.size() > 4 && s.starts_with("<|") && s.ends_with("|>")) || s == "<s>" || s == "</s>";
+}
+
+}  // namespace
+
 std::vector<Word> split_words(const std::vector<std::string>& token_text) {
   std::vector<Word> words;
   for (size_t t = 0; t < token_text.size(); ++t) {
     const std::string& s = token_text[t];
-    // Whitespace-only tokens (a newline, a run of spaces) stay with the word before them.
+    // Whitespace-only tokens (a newline, a run of spaces) stay with the word before them; a special
+    // token is a word of its own.
     const bool blank = s.find_first_not_of(" \n\t\r") == std::string::npos;
     const bool starts =
-        words.empty() ||
+        words.empty() || special_token(s) || special_token(token_text[t - 1]) ||
         (!blank && ((s[0] == ' ' || s[0] == '\n') ||
                     (!token_text[t - 1].empty() && token_text[t - 1].back() == '\n')));
     if (starts) words.push_back({"", static_cast<int64_t>(t), static_cast<int64_t>(t)});

@@ -203,9 +203,10 @@ Explanation explain(ThreadContext& ctx, load::Model& model, const std::string& t
                     const ExplainOptions& o) {
   Explanation e;
   model::GPT& m = model.net;
-  check(m.config().lm_head,
-        "explain: the report continues the text and prunes by the LM loss, and this encoder has "
-        "no LM head (`headlight heads` gives its roles)");
+  const bool decoder = m.config().lm_head;
+  check(decoder || model.pooling.mode != load::Pooling::Mode::none,
+        "explain: pruning is judged by the LM loss or by sentence embeddings, and this encoder "
+        "has neither an LM head nor pooling (`headlight heads` gives its roles)");
   check(model.tokenizer.has_value(), "{}: the model has no tokenizer to read text with{}{}",
         model.path, model.tokenizer_error.empty() ? "" : ": ", model.tokenizer_error);
   const model::TextTokenizer& tokenizer = *model.tokenizer;
@@ -213,11 +214,13 @@ Explanation explain(ThreadContext& ctx, load::Model& model, const std::string& t
   check(!ids.empty(), "text: empty");
   const int64_t block = m.config().block_size;
   check(o.data.seq <= block, "seq: {} is longer than the model's context {}", o.data.seq, block);
-  if (static_cast<int64_t>(ids.size()) > block)
-    ids.erase(ids.begin(), ids.end() - block);  // the last block_size tokens
-  model::SamplingOptions greedy{.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
-  const auto next = model::generate(ctx, m, ids, o.new_tokens, greedy);
-  e.continuation = tokenizer.decode(next);
+  check(static_cast<int64_t>(ids.size()) <= block,
+        "text: {} tokens, longer than the model's context {}", ids.size(), block);
+  if (decoder) {  // an embedding model's report has no continuation
+    model::SamplingOptions greedy{.temperature = 0.0f, .top_k = 0, .top_p = 1.0f, .seed = 0};
+    const auto next = model::generate(ctx, m, ids, o.new_tokens, greedy);
+    e.continuation = tokenizer.decode(next);
+  }
   e.capture = capture_tokens(ctx, m, &tokenizer, ids);
 
   const Datasets data = corpus_datasets(ctx, model, o.data);
@@ -258,7 +261,8 @@ Explanation explain(ThreadContext& ctx, load::Model& model, const std::string& t
 
   // The summary: every number comes from the measurements above.
   auto& s = e.summary;
-  s.push_back(fmt::format("Continuation: {}{}", tail_at_word(text, 60), e.continuation));
+  if (decoder)
+    s.push_back(fmt::format("Continuation: {}{}", tail_at_word(text, 60), e.continuation));
   if (const HeadRow* c = best_by(e.heads, &RoleScores::coreference); c && detective) {
     const std::string link = pronoun_link(e.capture, c->layer, c->head, true);
     s.push_back(fmt::format(
@@ -284,7 +288,9 @@ Explanation explain(ThreadContext& ctx, load::Model& model, const std::string& t
   if (const HeadRow* i = best_by(e.heads, &RoleScores::induction))
     s.push_back(fmt::format("Induction head: layer {} head {} (score {:.2f}; uniform: {:.2f})",
                             i->layer, i->head, i->scores.induction, e.uniform.induction));
-  const char* measure = detective ? "validation loss" : "held-out loss";
+  const std::string measure = !decoder    ? fmt::format("held-out {}", data.held_out.measure())
+                              : detective ? "validation loss"
+                                          : "held-out loss";
   e.curve_measure = measure;
   if (o.ablation)
     s.push_back(fmt::format(

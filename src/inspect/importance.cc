@@ -107,9 +107,10 @@ std::vector<double> sentence_importance(ThreadContext& ctx, model::GPT& m, const
   std::vector<float> dh;
   std::vector<double> e(static_cast<size_t>(C)), r(static_cast<size_t>(C));
   Generator g(0xC051);
-  m.zero_grads();
+  m.gates().zero_grads();
   for (int64_t s = 0; s < d.count; ++s) {
-    const SentenceBatch b = sentence_batch(d, starts, s, s + 1);
+    SentenceBatch b = sentence_batch(d, starts, s, s + 1);
+    b.options.weight_grads = false;  // the gates' gradients alone
     const float* h = m.forward(ctx, b.tokens, 1, b.rows, b.options);
     // e: the pooled embedding; the probe's gradient at e is P⊥ r / ‖e‖.
     const bool cls = d.pooling.mode == load::Pooling::Mode::cls;
@@ -139,7 +140,7 @@ std::vector<double> sentence_importance(ThreadContext& ctx, model::GPT& m, const
       score[static_cast<size_t>(i)] += v * v;
     }
   }
-  m.zero_grads();
+  m.gates().zero_grads();
   normalise_per_layer(c, score);
   return score;
 }
@@ -202,12 +203,15 @@ std::vector<double> gradient_importance(ThreadContext& ctx, model::GPT& m, const
   const int64_t L = c.n_layer, H = c.n_head;
   std::vector<double> score(static_cast<size_t>(L * H), 0.0);
   for (int64_t s = 0; s < d.count; ++s) {
-    m.zero_grads();
-    m.forward_backward(ctx, d.tokens.data() + s * d.seq, d.targets.data() + s * d.seq, 1, d.seq);
+    m.gates().zero_grads();
+    model::ForwardOptions gates_only;
+    gates_only.weight_grads = false;
+    m.forward_backward(ctx, d.tokens.data() + s * d.seq, d.targets.data() + s * d.seq, 1, d.seq,
+                       gates_only);
     for (size_t i = 0; i < score.size(); ++i)
       score[i] += std::abs(static_cast<double>(m.gates().values()[i]) * m.gates().grads()[i]);
   }
-  m.zero_grads();
+  m.gates().zero_grads();
   normalise_per_layer(c, score);
   return score;
 }

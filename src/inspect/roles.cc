@@ -122,8 +122,8 @@ void add_text_scores(const Scoring& sc, const std::vector<train::Story>& stories
   if (!o.text.empty()) {
     check(tokenizer != nullptr, "text: the model has no tokenizer");
     auto ids = tokenizer->encode(o.text);
-    if (static_cast<int64_t>(ids.size()) > c.block_size)
-      ids.resize(static_cast<size_t>(c.block_size));
+    check(static_cast<int64_t>(ids.size()) <= c.block_size,
+          "text: {} tokens, longer than the model's context {}", ids.size(), c.block_size);
     texts.push_back(ids);
   } else if (tokenizer) {
     // The first block_size tokens of each (a byte-level model sees a story's first part).

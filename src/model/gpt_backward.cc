@@ -21,17 +21,22 @@ using detail::Dims;
 
 namespace {
 
+// base + offset, or null when the offset is −1 (an absent parameter) or base is null (no weight
+// gradients wanted).
 float* maybe(float* base, int64_t offset) {
-  return offset >= 0 ? base + offset : nullptr;
+  return base && offset >= 0 ? base + offset : nullptr;
 }
 
-// Gradients of y = x·Wᵀ + b: dx overwritten (or added when accumulate_dx), dW and db added.
+// Gradients of y = x·Wᵀ + b: dx overwritten (or added when accumulate_dx), dW and db added (not
+// computed when dw is null).
 void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
                   const float* dy, float* dx, bool accumulate_dx, float* dw, float* db) {
   if (dx)
     ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
                          {dx, s.in_features, nullptr, nullptr, accumulate_dx});
-  ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features, {nullptr, 0, dw, db, true});
+  if (dw)
+    ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
+                         {nullptr, 0, dw, db, true});
 }
 
 }  // namespace
@@ -47,6 +52,8 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   const ModelOffsets off = model_offsets(c, layout_);
   const float* P = params_.data();
   float* G = grads_.data();
+  // The weights' gradients go to G, or are not computed (the gates' alone: head importance).
+  float* GW = options.weight_grads ? G : nullptr;
   const bool drop = options.train && c.dropout > 0.0f;
   const ops::NormKind nk =
       c.norm == Norm::layernorm ? ops::NormKind::layer_norm : ops::NormKind::rms_norm;
@@ -66,7 +73,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   float* dfinal = c.norm_first ? da : dx;
   if (c.lm_head)
     linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in,
-                 P + off.lm_head, doutput, dfinal, false, G + off.lm_head, nullptr);
+                 P + off.lm_head, doutput, dfinal, false, maybe(GW, off.lm_head), nullptr);
   else
     std::memcpy(dfinal, doutput, sizeof(float) * static_cast<size_t>(n));
   if (c.norm_first)
@@ -95,12 +102,13 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream + 1);
     // dfc = act'(fc) ⊙ (dres · W_proj)
     linear_grads(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, a.gel.ptr(),
-                 P + o.fc_proj_w, dres, dgel, false, G + o.fc_proj_w, maybe(G, o.fc_proj_b));
+                 P + o.fc_proj_w, dres, dgel, false, maybe(GW, o.fc_proj_w),
+                 maybe(GW, o.fc_proj_b));
     ops::activation_backward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, a.fc.ptr(),
                              dgel, dfc);
     // Gradient at m_in: da = dfc · W_fc.
     linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, P + o.fc_w,
-                 dfc, da, false, G + o.fc_w, maybe(G, o.fc_b));
+                 dfc, da, false, maybe(GW, o.fc_w), maybe(GW, o.fc_b));
     if (c.norm_first) {
       ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), da,
                          {dx, true, G + o.ln2_w, maybe(G, o.ln2_b)});
@@ -116,7 +124,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     float* dattg = datt;
     linear_grads(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C},
                  a.gated ? a.attg.ptr() : a.att.ptr(), P + o.proj_w, dres, dattg, false,
-                 G + o.proj_w, maybe(G, o.proj_b));
+                 maybe(GW, o.proj_w), maybe(GW, o.proj_b));
     // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place).
     gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
                     dattg);
@@ -140,12 +148,12 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     const float* a_in = c.norm_first ? a.ln1.ptr() : x;
     if (c.norm_first) {
       linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
-                   P + o.attn_w, dqkv, da, false, G + o.attn_w, maybe(G, o.attn_b));
+                   P + o.attn_w, dqkv, da, false, maybe(GW, o.attn_w), maybe(GW, o.attn_b));
       ops::norm_backward(ctx, ns, x, P + o.ln1_w, a.ln1_mean.ptr(), a.ln1_rstd.ptr(), da,
                          {dx, true, G + o.ln1_w, maybe(G, o.ln1_b)});
     } else {
       linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
-                   P + o.attn_w, dqkv, dx, true, G + o.attn_w, maybe(G, o.attn_b));
+                   P + o.attn_w, dqkv, dx, true, maybe(GW, o.attn_w), maybe(GW, o.attn_b));
     }
   }
 
@@ -157,6 +165,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     demb = da;
   }
   const int64_t* positions = s.positions.empty() ? nullptr : s.positions.data();
+  if (!options.weight_grads) return;
   ops::embedding_backward(
       ctx, {.rows = d.rows, .dim = d.C, .vocab = d.V, .period = d.T, .positions = positions},
       tokens, demb, G + off.wte, c.positional == Positional::learned ? G + off.wpe : nullptr);

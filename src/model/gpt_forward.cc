@@ -390,6 +390,10 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     final_in = s.lnf.ptr();
   }
   if (!c.lm_head) return final_in;
+  if (!options.logits) {
+    check(options.inference, "logits: a forward without logits must be for inference");
+    return final_in;
+  }
   // Decoding needs the next token's logits only: those of the last row.
   const int64_t out_rows = cached ? 1 : d.rows;
   float* logits = s.logits.get(out_rows * d.V);

@@ -70,6 +70,13 @@ TEST(Capture, WordsStatsAndNpy) {
   EXPECT_EQ(words[3].first, 3);
   EXPECT_EQ(words[3].last, 4);
   EXPECT_EQ(words[5].text, "Then");
+  // WordPiece's readable pieces: [CLS] and [SEP] stand alone, "##" pieces join their word.
+  const auto bert = split_words({"[CLS]", " un", "bel", "ievably", " ,", " maria", ".", "[SEP]"});
+  ASSERT_EQ(bert.size(), 5u);
+  EXPECT_EQ(bert[0].text, "[CLS]");
+  EXPECT_EQ(bert[1].text, "unbelievably");
+  EXPECT_EQ(bert[3].text, "maria.");
+  EXPECT_EQ(bert[4].text, "[SEP]");
   const auto s = head_stats(pattern(4, [](int64_t i) { return int64_t{0}; }).data(), 4);
   EXPECT_DOUBLE_EQ(s.first_token, 1.0);
   EXPECT_DOUBLE_EQ(s.mean_distance, 1.5);

@@ -18,7 +18,9 @@
 namespace headlight::inspect {
 
 // A word: tokens [first, last] (a new word starts at a token beginning with a space or a newline,
-// or after a token ending with a newline; whitespace-only tokens stay with the word before them).
+// or after a token ending with a newline; whitespace-only tokens stay with the word before them;
+// a special token — "[CLS]", "<|im_end|>", "<s>" — is a word of its own). Token texts are those
+// of TextTokenizer::token_bytes: byte-level BPE's "Ġ" is a space there and WordPiece's "##" a join.
 struct Word {
   std::string text;
   int64_t first = 0;

@@ -69,7 +69,9 @@ DemoRecipe demo_recipe();
 train::TrainResult train_demo_model(ThreadContext& ctx, const std::string& path,
                                     const std::function<void(const train::StepReport&)>& on_step);
 
-// A decoder with an LM head and a tokenizer (Error naming what is missing otherwise).
+// A model with a tokenizer and an LM head (a decoder: the text is continued, pruning judged by the
+// loss) or pooling (an embedding model: no continuation, pruning judged by the cosine of the
+// sentence embeddings); an Error naming what is missing otherwise.
 Explanation explain(ThreadContext& ctx, load::Model& model, const std::string& text,
                     const ExplainOptions& o);
 

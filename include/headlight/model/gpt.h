@@ -52,6 +52,14 @@ struct ForwardOptions {
   // from position 0 and attending only within itself (no padding anywhere). Empty: one [B, T]
   // batch. Not with the KV cache or attention_probs.
   std::vector<int64_t> lengths{};
+  // false: stop after the final norm and return the hidden states [B, T, n_embd] even when the
+  // model has an LM head (what a capture of the attention needs: the logits' product, a fifth of
+  // a small model's forward, is skipped). No backward follows such a forward.
+  bool logits = true;
+  // Backward: false computes the gates' gradients (and the activations' on the way) but not the
+  // linear layers' and embeddings' weight gradients — two thirds of a backward's products — for
+  // head importance. (Norm weights still get theirs.)
+  bool weight_grads = true;
 };
 
 class GPT {
