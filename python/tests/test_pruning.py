@@ -40,10 +40,11 @@ def metadata(path):
         return json.loads(f.read(n))["__metadata__"]
 
 
-def zero_heads(layers, removed, head_dim):
-    """Hooks on each layer's output projection that zero the removed heads' input slices."""
+def with_heads_zeroed(run, projections, removed, head_dim):
+    """run() (without gradients) with hooks on each layer's output projection that zero the removed
+    heads' slices of its input."""
     hooks = []
-    for layer, proj in enumerate(layers):
+    for layer, proj in enumerate(projections):
         gone = [h for (l, h) in removed if l == layer]
 
         def hook(module, args, gone=gone):
@@ -52,7 +53,12 @@ def zero_heads(layers, removed, head_dim):
                 x[..., h * head_dim:(h + 1) * head_dim] = 0
             return (x,)
         hooks.append(proj.register_forward_pre_hook(hook))
-    return hooks
+    try:
+        with torch.no_grad():
+            return run()
+    finally:
+        for h in hooks:
+            h.remove()
 
 
 def test_a_pruned_grouped_query_model_equals_its_heads_zeroed(tmp_path):
@@ -81,11 +87,8 @@ def test_a_pruned_grouped_query_model_equals_its_heads_zeroed(tmp_path):
     assert [sum(g) for g in groups] == [8 - sum(1 for (l, _) in removed if l == i)
                                         for i in range(3)]
     ids = np.array([original.tokenizer.encode(TEXTS[0] + " " + TEXTS[1])], dtype=np.int32)
-    hooks = zero_heads([layer.self_attn.o_proj for layer in model.model.layers], removed, 8)
-    with torch.no_grad():
-        want = model(torch.tensor(ids, dtype=torch.long)).logits.numpy()
-    for h in hooks:
-        h.remove()
+    want = with_heads_zeroed(lambda: model(torch.tensor(ids, dtype=torch.long)).logits.numpy(),
+                             [layer.self_attn.o_proj for layer in model.model.layers], removed, 8)
     got = pruned.forward(ids)
     assert np.abs(got - want).max() < 1e-4 * np.abs(want).max()
     # Decoding through the KV cache (groups of unequal sizes) continues as the forward predicts.
@@ -107,12 +110,10 @@ def test_a_pruned_embedding_model_keeps_its_pooling_and_equals_its_heads_zeroed(
     assert (c["architecture"], c["pooling"], c["normalize"], c["max_seq_length"]) == (
         "BertModel", "mean", True, 256)
     ref = AutoModel.from_pretrained(str(MINILM_DIR), attn_implementation="eager").eval()
-    hooks = zero_heads([layer.attention.output.dense for layer in ref.encoder.layer], removed, 32)
     ids = np.array([pruned.tokenizer.encode(TEXTS[0])], dtype=np.int32)
-    with torch.no_grad():
-        want = ref(torch.tensor(ids, dtype=torch.long)).last_hidden_state.numpy()
-    for h in hooks:
-        h.remove()
+    want = with_heads_zeroed(
+        lambda: ref(torch.tensor(ids, dtype=torch.long)).last_hidden_state.numpy(),
+        [layer.attention.output.dense for layer in ref.encoder.layer], removed, 32)
     got = pruned.forward(ids)
     assert np.abs(got - want).max() < 2e-5 * np.abs(want).max()
     e = pruned.encode(TEXTS)
