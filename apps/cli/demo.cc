@@ -84,7 +84,7 @@ viz::ReportInput report_input(const std::string& model_path, const model::GPTCon
   in.heads = inspect::head_table_json(e.heads);
   in.curve = inspect::curve_json(e.curve);
   in.curve_measure = e.curve_measure;
-  if (const inspect::HeadRow* f = inspect::focus_head(e.heads)) in.focus = {f->layer, f->head};
+  in.focus = e.focus;
   return in;
 }
 
@@ -110,12 +110,11 @@ void run_explain(load::Model& loaded, const std::string& model_path, const std::
                        {e.capture.n_layer, e.capture.n_head, e.capture.seq, e.capture.seq});
     fmt::print("wrote {}\n", a.npy);
   }
-  // The heatmap of the head the report opens with (the best coreference head).
-  const inspect::HeadRow* focus = inspect::focus_head(e.heads);
-  if (out.png && focus) {
-    viz::write_heatmap_png(*out.png, e.capture.head(focus->layer, focus->head), e.capture.seq,
-                           e.capture.seq);
-    fmt::print("wrote {} (layer {} head {})\n", a.png, focus->layer, focus->head);
+  // The heatmap of the head the report opens with (Explanation::focus).
+  if (out.png) {
+    const auto [layer, head] = e.focus;
+    viz::write_heatmap_png(*out.png, e.capture.head(layer, head), e.capture.seq, e.capture.seq);
+    fmt::print("wrote {} (layer {} head {})\n", a.png, layer, head);
   }
 }
 

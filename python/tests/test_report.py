@@ -215,6 +215,10 @@ def test_the_demo_asks_a_real_model_too(model_path, tmp_path):
     assert report.exists() and second.exists()
     html = second.read_text()
     assert '"kv_head":1' in html and '"ablation":null' in html
+    # The report opens on the head that links "she" to "Maria" most strongly.
+    strongest = re.search(r"the strongest: layer (\d+) head (\d+)", real)
+    if strongest:
+        assert f'"focus":[{strongest.group(1)},{strongest.group(2)}]' in html
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe:
         dom = subprocess.run([exe, "--headless", "--no-sandbox", "--disable-gpu", "--dump-dom",

@@ -133,6 +133,26 @@ std::string natural_line(const CorefResult& r, const model::GPTConfig& c) {
       r.passages, best, 100 * r.nearest_name_accuracy);
 }
 
+std::pair<int64_t, int64_t> choose_focus(const Explanation& e, const model::GPTConfig& c) {
+  std::pair<int64_t, int64_t> best{-1, -1};
+  double best_score = -1;
+  auto consider = [&](int64_t l, int64_t h, double score) {
+    if (score > best_score) best_score = score, best = {l, h};
+  };
+  if (e.link) {
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      for (int64_t h = 0; h < c.heads(l); ++h)
+        if (e.link->right(l, h, c.n_head)) consider(l, h, e.link->weight(l, h, c.n_head, 0));
+  }
+  if (best.first < 0 && e.natural && e.natural->passages > 0)
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      for (int64_t h = 0; h < c.heads(l); ++h)
+        consider(l, h, e.natural->accuracy[static_cast<size_t>(l * c.n_head + h)]);
+  if (best.first < 0)
+    if (const HeadRow* f = focus_head(e.heads)) best = {f->layer, f->head};
+  return best.first < 0 ? std::pair<int64_t, int64_t>{0, 0} : best;
+}
+
 }  // namespace
 
 DemoRecipe demo_recipe() {
@@ -258,6 +278,8 @@ Explanation explain(ThreadContext& ctx, load::Model& model, const std::string& t
     random_sum += dataset_loss(ctx, pruned, data.held_out);
   }
   e.loss_random = random_sum / static_cast<double>(std::max<int64_t>(1, seeds));
+
+  e.focus = choose_focus(e, m.config());
 
   // The summary: every number comes from the measurements above.
   auto& s = e.summary;

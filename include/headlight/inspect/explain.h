@@ -7,6 +7,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "headlight/inspect/analysis.h"
@@ -34,6 +35,10 @@ struct Explanation {
   RoleScores uniform;  // the scores of a head that attends uniformly (the baseline)
   std::optional<CorefResult> natural;
   std::optional<PassageWeights> link;
+  // The head the report opens with: the one linking the text's pronoun to its antecedent most
+  // strongly, else the best on the natural passages, else the best coreference head of the
+  // detective stories.
+  std::pair<int64_t, int64_t> focus{0, 0};
   std::vector<CurvePoint> curve;
   std::string curve_measure;  // "validation loss" (the detective corpus) or "held-out loss"
   // Pruning prune_fraction of the heads by gradient importance, by ablation importance, and at
