@@ -292,12 +292,19 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   if (drop) detail::dropout(ctx, x0, d.rows * d.C, c.dropout, options.seed, 0);
 
   float* branch = s.dres.get(d.rows * d.C);  // a residual branch's output before it is added
+  // An inference forward keeps nothing for a backward: the blocks share one set of buffers and
+  // the residual stream alternates between two, so its memory does not grow with the depth; only
+  // each layer's q/k/v rows stay (GPT::head_attention reads them after the forward).
+  const bool share = s.inference;
+  auto stream_at = [&](int64_t i) -> Buffer& {
+    return s.x[static_cast<size_t>(share && i > 0 ? 1 + (i - 1) % 2 : i)];
+  };
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const Dims d = detail::dims(c, batch, seq, l);  // this layer's head counts
-    BlockActivations& a = s.blocks[static_cast<size_t>(l)];
+    BlockActivations& a = s.blocks[static_cast<size_t>(share ? 0 : l)];
     const BlockOffsets& o = off.blocks[static_cast<size_t>(l)];
-    const float* x = s.x[static_cast<size_t>(l)].ptr();
-    float* out = s.x[static_cast<size_t>(l + 1)].get(d.rows * d.C);
+    const float* x = stream_at(l).ptr();
+    float* out = stream_at(l + 1).get(d.rows * d.C);
     const uint64_t stream = 1 + 2 * static_cast<uint64_t>(l);
 
     // Attention branch.
@@ -307,7 +314,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
                         a.ln1_mean.get(d.rows), a.ln1_rstd.get(d.rows));
       a_in = a.ln1.ptr();
     }
-    float* qkv = a.qkv.get(d.rows * d.W);
+    float* qkv = s.blocks[static_cast<size_t>(l)].qkv.get(d.rows * d.W);
     ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in, d.C,
                         P + o.attn_w, maybe(P, o.attn_b), qkv, d.W);
     if (c.positional == Positional::rope)
@@ -383,7 +390,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     }
   }
 
-  const float* final_in = s.x[static_cast<size_t>(c.n_layer)].ptr();
+  const float* final_in = stream_at(c.n_layer).ptr();
   if (c.norm_first) {
     ops::norm_forward(ctx, ns, final_in, P + off.lnf_w, maybe(P, off.lnf_b),
                       s.lnf.get(d.rows * d.C), s.lnf_mean.get(d.rows), s.lnf_rstd.get(d.rows));

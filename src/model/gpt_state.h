@@ -57,12 +57,14 @@ struct GPT::State {
   bool inference = false;          // the last forward kept no activations for a backward
   bool cached = false;             // the last forward was decoding (its rows attended the cache)
   std::vector<int64_t> positions;  // [rows] packed sequences: each row's position
-  std::vector<Buffer> x;           // [n_layer + 1] residual stream, [rows, C] each
+  std::vector<Buffer> x;           // [n_layer + 1] residual stream, [rows, C] each (inference:
+                                   // x[0], then x[1] and x[2] in turn)
   Buffer emb, lne_mean, lne_rstd;  // embedding_norm: the summed embeddings before ln_e, its stats
   std::vector<int32_t> types;      // [rows] token types of the last forward (type_vocab_size > 0)
-  std::vector<BlockActivations> blocks;
-  Buffer lnf, lnf_mean, lnf_rstd;  // final norm (pre-norm only)
-  Buffer logits;                   // [rows, V] (with an LM head)
+  std::vector<BlockActivations> blocks;  // an inference forward uses blocks[0] for every layer
+                                         // but each layer's own qkv
+  Buffer lnf, lnf_mean, lnf_rstd;        // final norm (pre-norm only)
+  Buffer logits;                         // [rows, V] (with an LM head)
   // Gradients of activations (backward scratch).
   Buffer dlogits, dx, dres, da, dfc, dgel, datt, dqkv;
   std::vector<float> sinusoidal;  // [block_size, C]

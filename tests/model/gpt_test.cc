@@ -200,6 +200,8 @@ TEST(GPT, InferenceForwardMatchesAndRefusesABackward) {
                               ops::Activation::relu, ops::Activation::swiglu}) {
     GPTConfig c = small_config();
     c.activation = act;
+    c.n_layer = 5;        // the inference forward's shared buffers in turn, both norm placements
+    c.norm_first = act != ops::Activation::relu;
     c.n_embd = 128;       // 32 rows · 128 · 1040 multiply-adds: oneDNN's primitive and its
     c.mlp_hidden = 1040;  // epilogue, not the small-product path
     GPT m(c, 3);
@@ -214,6 +216,10 @@ TEST(GPT, InferenceForwardMatchesAndRefusesABackward) {
       ASSERT_NEAR(got[i], want[i], 2e-5) << ops::activation_name(act) << " " << i;
     std::vector<float> dout(want.size(), 1.0f);
     expect_error([&] { m.backward(ctx, t.data(), dout.data(), o); }, {"for inference"});
+    // A training forward after it still gives the same outputs and a backward.
+    const float* again = m.forward(ctx, t.data(), 2, 16);
+    for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(again[i], want[i]) << i;
+    m.backward(ctx, t.data(), dout.data());
   }
 }
 

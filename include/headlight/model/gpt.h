@@ -43,8 +43,9 @@ struct ForwardOptions {
   int64_t* attention_argmax = nullptr;
   float* attention_max_weight = nullptr;
   // No backward follows (embeddings, generation, capture): the MLP's activation runs in its
-  // product's epilogue and the pre-activation values are not kept; backward() after such a
-  // forward is an error. Decoding with the KV cache is always so.
+  // product's epilogue, the layers share one set of activation buffers (only each layer's q/k/v
+  // rows are kept, for head_attention), so memory does not grow with the depth; backward() after
+  // such a forward is an error. Decoding with the KV cache is always so.
   bool inference = false;
   // Token types (segments) [B, T] for a model with type_vocab_size > 0; null: all 0.
   const int32_t* token_types = nullptr;
