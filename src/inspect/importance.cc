@@ -103,40 +103,37 @@ std::vector<double> sentence_importance(ThreadContext& ctx, model::GPT& m, const
   const auto& c = m.config();
   const int64_t C = c.n_embd, n = c.n_layer * c.n_head;
   const auto starts = sentence_starts(d);
-  std::vector<double> score(static_cast<size_t>(n), 0.0), before(static_cast<size_t>(n));
-  std::vector<float> dh;
-  std::vector<double> e(static_cast<size_t>(C)), r(static_cast<size_t>(C));
+  std::vector<double> score(static_cast<size_t>(n), 0.0);
+  std::vector<float> dh, e(static_cast<size_t>(C));
+  std::vector<double> r(static_cast<size_t>(C));
+  load::Pooling raw = d.pooling;  // the embedding before any normalisation
+  raw.normalize = false;
+  const bool cls = d.pooling.mode == load::Pooling::Mode::cls;
   Generator g(0xC051);
-  m.gates().zero_grads();
   for (int64_t s = 0; s < d.count; ++s) {
     SentenceBatch b = sentence_batch(d, starts, s, s + 1);
     b.options.weight_grads = false;  // the gates' gradients alone
     const float* h = m.forward(ctx, b.tokens, 1, b.rows, b.options);
-    // e: the pooled embedding; the probe's gradient at e is P⊥ r / ‖e‖.
-    const bool cls = d.pooling.mode == load::Pooling::Mode::cls;
-    for (int64_t j = 0; j < C; ++j) {
-      double v = 0;
-      for (int64_t t = 0; t < (cls ? 1 : b.rows); ++t) v += h[t * C + j];
-      e[static_cast<size_t>(j)] = cls ? v : v / static_cast<double>(b.rows);
-    }
+    // e: the pooled embedding; the probe's gradient at e is P⊥ r / ‖e‖, spread back over the rows
+    // pooling read.
+    load::pool(raw, h, b.rows, C, e.data());
     double norm = 0, re = 0;
-    for (int64_t j = 0; j < C; ++j) norm += e[j] * e[j];
+    for (int64_t j = 0; j < C; ++j) norm += static_cast<double>(e[j]) * e[j];
     norm = std::max(std::sqrt(norm), 1e-30);
     for (int64_t j = 0; j < C; ++j) {
       r[static_cast<size_t>(j)] = g.normal();
       re += r[j] * e[j] / norm;
     }
+    const int64_t rows = cls ? 1 : b.rows;
     dh.assign(static_cast<size_t>(b.rows * C), 0.0f);
-    for (int64_t t = 0; t < (cls ? 1 : b.rows); ++t)
+    for (int64_t t = 0; t < rows; ++t)
       for (int64_t j = 0; j < C; ++j)
-        dh[static_cast<size_t>(t * C + j)] = static_cast<float>(
-            (r[j] - re * e[j] / norm) / norm / (cls ? 1.0 : static_cast<double>(b.rows)));
-    const float* gates = m.gates().values();
-    const float* grads = m.gates().grads();
-    std::copy(grads, grads + n, before.begin());
+        dh[static_cast<size_t>(t * C + j)] =
+            static_cast<float>((r[j] - re * e[j] / norm) / norm / static_cast<double>(rows));
+    m.gates().zero_grads();
     m.backward(ctx, b.tokens, dh.data(), b.options);
     for (int64_t i = 0; i < n; ++i) {
-      const double v = static_cast<double>(gates[i]) * (grads[i] - before[static_cast<size_t>(i)]);
+      const double v = static_cast<double>(m.gates().values()[i]) * m.gates().grads()[i];
       score[static_cast<size_t>(i)] += v * v;
     }
   }
