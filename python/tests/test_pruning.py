@@ -153,3 +153,25 @@ def test_prune_refuses_bad_requests_naming_the_option(tmp_path):
     one.write_text("just one line\n")
     r = run("prune", MINILM_DIR, "--curve", "--corpus", one, check=False)
     assert r.returncode != 0 and "needs at least two non-empty lines" in r.stderr
+
+
+def test_demo_and_a_pruned_checkpoint_refuse_bad_input_naming_it(tmp_path):
+    for args, message in [
+            (["demo", "--real-model", tmp_path / "absent.gguf"], "--real-model:"),
+            (["demo", "--real-model", MINILM_DIR, "--real-corpus", tmp_path / "absent.txt"],
+             "--real-corpus:")]:
+        r = run(*args, "--report", tmp_path / "r.html", check=False)
+        assert r.returncode != 0 and message in r.stderr and "absent" in r.stderr, r.stderr
+        assert not (tmp_path / "r.html").exists()
+    # A checkpoint whose headlight.source metadata is not what write_model writes.
+    out = tmp_path / "m.safetensors"
+    prune(MINILM_DIR, out, "--fraction", 0.1, "--by", "random", "--sequences", 1)
+    raw = out.read_bytes()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header["__metadata__"]["headlight.source"] = json.dumps({"architecture": "BertModel"})
+    text = json.dumps(header).encode()
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(struct.pack("<Q", len(text)) + text + raw[8 + n:])
+    r = run("info", bad, check=False)
+    assert r.returncode != 0 and "bad.safetensors: headlight.source" in r.stderr, r.stderr
