@@ -24,6 +24,7 @@ void add_bench_peak(CLI::App& bench) {
   struct PeakArgs {
     int threads = 2;
     int repeats = 7;
+    std::string dtype = "f32";
     bool json = false;
   };
   auto peak_args = std::make_shared<PeakArgs>();
@@ -32,16 +33,24 @@ void add_bench_peak(CLI::App& bench) {
   add_threads_option(peak, peak_args->threads, 2);
   positive(peak->add_option("--repeats", peak_args->repeats, "Repeats (the best is reported)")
                ->capture_default_str());
+  peak->add_option("--dtype", peak_args->dtype,
+                   "f32: the FMA peak; bf16: the bf16 dot-product peak (vdpbf16ps)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   peak->add_flag("--json", peak_args->json, "Machine-readable output");
   peak->callback([peak_args] {
-    const bench::PeakReport r = bench::measure_peak(peak_args->threads, peak_args->repeats);
+    const bool bf16 = peak_args->dtype == "bf16";
+    const bench::PeakReport r = bench::measure_peak(peak_args->threads, peak_args->repeats,
+                                                    bf16 ? DType::bf16 : DType::f32);
     if (peak_args->json) {
-      fmt::print("{}\n",
-                 nlohmann::json{
-                     {"peak_gflops", r.gflops}, {"threads", r.threads}, {"simd_target", r.target}}
-                     .dump(2));
+      fmt::print("{}\n", nlohmann::json{{"peak_gflops", r.gflops},
+                                        {"dtype", peak_args->dtype},
+                                        {"threads", r.threads},
+                                        {"simd_target", r.target}}
+                             .dump(2));
     } else {
-      fmt::print("FMA peak: {:.1f} GFLOP/s on {} thread(s) ({})\n", r.gflops, r.threads, r.target);
+      fmt::print("{} peak: {:.1f} GFLOP/s on {} thread(s) ({})\n", bf16 ? "bf16 dot" : "FMA",
+                 r.gflops, r.threads, r.target);
     }
   });
 }
@@ -122,6 +131,7 @@ void add_bench_attention(CLI::App& bench) {
   auto c = std::make_shared<bench::AttentionBenchConfig>();
   auto json = std::make_shared<bool>(false);
   auto kernel = std::make_shared<std::string>("fused");
+  auto dtype = std::make_shared<std::string>("f32");
   auto* cmd = bench.add_subcommand("attention", "Attention forward (or backward) GFLOP/s");
   positive(cmd->add_option("--batch", c->batch, "Batch size")->capture_default_str());
   positive(cmd->add_option("--heads", c->heads, "Query heads")->capture_default_str());
@@ -131,6 +141,10 @@ void add_bench_attention(CLI::App& bench) {
   positive(cmd->add_option("--head-dim", c->head_dim, "Head dimension")->capture_default_str());
   cmd->add_flag("--causal", c->causal, "Causal mask");
   cmd->add_flag("--backward", c->backward, "Time the backward pass");
+  cmd->add_option("--dtype", *dtype,
+                  "f32 | bf16 (q, k, v and the output; reported against the bf16 peak)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   at_least(cmd->add_option("--probs-heads", c->probs_heads,
                            "Also recompute the exact probabilities of this many heads "
                            "(need_weights)"),
@@ -143,7 +157,8 @@ void add_bench_attention(CLI::App& bench) {
                ->capture_default_str());
   at_least(cmd->add_option("--warmup", c->warmup, "Untimed runs first")->capture_default_str(), 0);
   cmd->add_flag("--json", *json, "Machine-readable output");
-  cmd->callback([c, json, kernel] {
+  cmd->callback([c, json, kernel, dtype] {
+    c->dtype = *dtype == "bf16" ? DType::bf16 : DType::f32;
     c->kernel = *kernel == "reference" ? bench::AttentionKernel::reference
                 : *kernel == "unfused" ? bench::AttentionKernel::unfused
                                        : bench::AttentionKernel::fused;
@@ -158,6 +173,7 @@ void add_bench_attention(CLI::App& bench) {
                 {"seq_kv", k.seq_kv},
                 {"head_dim", k.head_dim},
                 {"causal", k.causal},
+                {"dtype", *dtype},
                 {"backward", k.backward},
                 {"probs_heads", k.probs_heads},
                 {"threads", k.threads},
@@ -178,12 +194,13 @@ void add_bench_attention(CLI::App& bench) {
       return;
     }
     fmt::print(
-        "attention {} B={} H={} Hkv={} Lq={} Lk={} D={}{} [{} kernel, {}] on {} thread(s): "
-        "median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the FMA peak {:.1f} GFLOP/s measured "
+        "attention {} B={} H={} Hkv={} Lq={} Lk={} D={}{} {} [{} kernel, {}] on {} thread(s): "
+        "median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the {} peak {:.1f} GFLOP/s measured "
         "in this run\n",
         k.backward ? "backward" : "forward", k.batch, k.heads, k.kv_heads, k.seq, k.seq_kv,
-        k.head_dim, k.causal ? " causal" : "", *kernel, r.target, k.threads, r.timing.median * 1e3,
-        r.gflops, 100 * r.fraction_of_peak, r.peak.gflops);
+        k.head_dim, k.causal ? " causal" : "", *dtype, *kernel, r.target, k.threads,
+        r.timing.median * 1e3, r.gflops, 100 * r.fraction_of_peak,
+        k.dtype == DType::bf16 ? "bf16 dot" : "FMA", r.peak.gflops);
     if (r.kv_bytes > 0)
       fmt::print(
           "  keys and values read at {:.1f} GB/s = {:.1f}% of the read bandwidth {:.1f} GB/s "

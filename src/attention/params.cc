@@ -31,11 +31,22 @@ void validate(const AttentionParams& p, bool backward) {
         "attention: mask kind is set but the mask pointer is null");
   const bool work = s.batch > 0 && s.heads > 0 && s.len_q > 0;
   if (!work) return;
-  check(p.q.data && (backward || p.out.data), "attention: query and output pointers are required");
-  check(s.len_kv == 0 || (p.k.data && p.v.data), "attention: key and value pointers are required");
+  check(p.q.defined() && (backward || p.out.defined()),
+        "attention: query and output pointers are required");
+  check(s.len_kv == 0 || (p.k.defined() && p.v.defined()),
+        "attention: key and value pointers are required");
+  for (const Operand* x : {&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})
+    check(!(x->data && x->bf16), "attention: an operand has both a float32 and a bf16 pointer");
+  const bool bf16 = p.q.is_bf16();
+  check(s.len_kv == 0 || (p.k.is_bf16() == bf16 && p.v.is_bf16() == bf16),
+        "attention: q, k and v must have one dtype (q is {}, k {}, v {})", bf16 ? "bf16" : "f32",
+        p.k.is_bf16() ? "bf16" : "f32", p.v.is_bf16() ? "bf16" : "f32");
+  check(bf16 || !p.out.is_bf16(), "attention: a bf16 output needs bf16 inputs");
   if (backward) {
-    check(p.dout.data && p.dq.data, "attention backward: dout and dq pointers are required");
-    check(s.len_kv == 0 || (p.dk.data && p.dv.data),
+    check(!bf16, "attention backward: bf16 inputs are not supported yet (the forward is)");
+    check(p.dout.defined() && p.dq.defined(),
+          "attention backward: dout and dq pointers are required");
+    check(s.len_kv == 0 || (p.dk.defined() && p.dv.defined()),
           "attention backward: dk and dv pointers are required");
   }
 }

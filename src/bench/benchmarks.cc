@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -16,6 +17,7 @@
 #include "headlight/attention/cpu/flash_backward.h"
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/reference.h"
+#include "headlight/core/bf16.h"
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
@@ -25,9 +27,18 @@
 #include "headlight/ops/matmul.h"
 
 namespace headlight::bench {
-PeakReport measure_peak(int threads, int repeats) {
+PeakReport measure_peak(int threads, int repeats, DType dtype) {
   check(threads > 0, "threads: must be positive, got {}", threads);
+  check(dtype == DType::f32 || dtype == DType::bf16, "dtype: must be f32 or bf16");
   ThreadContext ctx(threads);
+  if (dtype == DType::bf16) {
+    const PeakMeasurement m = measure_bf16_peak(ctx, repeats);
+    const std::string engine = bf16_engine();
+    return PeakReport{m.gflops, threads,
+                      engine == "amx"           ? "AMX tdpbf16ps"
+                      : engine == "avx512_bf16" ? "AVX512_BF16 vdpbf16ps"
+                                                : cpu_info().best_target + " FMA (widened)"};
+  }
   PeakMeasurement m = measure_fma_peak(ctx, repeats);
   return PeakReport{m.gflops, threads, cpu_info().best_target};
 }
@@ -139,6 +150,10 @@ AttentionBenchConfig resolved(const AttentionBenchConfig& config) {
         c.heads, c.probs_heads);
   check(c.probs_heads == 0 || (c.kernel == AttentionKernel::fused && !c.backward),
         "probs-heads: only with the fused forward");
+  check(c.dtype == DType::f32 || c.dtype == DType::bf16, "dtype: must be f32 or bf16, got {}",
+        dtype_name(c.dtype));
+  check(c.dtype == DType::f32 || (!c.backward && c.kernel != AttentionKernel::unfused),
+        "dtype bf16: the fused and reference forwards only (no backward or unfused path yet)");
   return c;
 }
 
@@ -153,13 +168,21 @@ struct AttentionBuffers {
     const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
     checked_numel({B, H, L, D}, "query");
     checked_numel({B, G, S, D}, "key");
-    q = Tensor::empty({B, H, L, D});
-    k = Tensor::empty({B, G, S, D});
-    v = Tensor::empty({B, G, S, D});
-    out = Tensor::empty({B, H, L, D});
+    q = Tensor(c.dtype, {B, H, L, D});
+    k = Tensor(c.dtype, {B, G, S, D});
+    v = Tensor(c.dtype, {B, G, S, D});
+    out = Tensor(c.dtype, {B, H, L, D});
     lse = Tensor::zeros({B, H, L});
     Generator g(3);
-    for (Tensor* t : {&q, &k, &v, &out}) g.fill_uniform(t->data(), t->numel(), -1, 1);
+    for (Tensor* t : {&q, &k, &v, &out}) {
+      if (c.dtype == DType::f32) {
+        g.fill_uniform(t->data(), t->numel(), -1, 1);
+        continue;
+      }
+      std::vector<float> x(static_cast<size_t>(t->numel()));
+      g.fill_uniform(x.data(), t->numel(), -1, 1);
+      to_bf16(x.data(), t->data<bf16>(), x.size());
+    }
     p.shape = {.batch = B,
                .heads = H,
                .kv_heads = G,
@@ -168,10 +191,10 @@ struct AttentionBuffers {
                .head_dim = D,
                .value_dim = D};
     p.options.causal = c.causal;
-    p.q = {.data = q.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
-    p.k = {.data = k.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
-    p.v = {.data = v.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
-    p.out = {.data = out.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
+    p.q = operand(q, H * L * D, L * D, D);
+    p.k = operand(k, G * S * D, S * D, D);
+    p.v = operand(v, G * S * D, S * D, D);
+    p.out = operand(out, H * L * D, L * D, D);
     p.lse = lse.data();
     if (c.backward) {
       dq = Tensor::zeros(q.shape());
@@ -184,9 +207,22 @@ struct AttentionBuffers {
     }
   }
   AttentionBuffers(const AttentionBuffers&) = delete;  // p points into the tensors
+  // A float32 or bf16 operand over t with these strides.
+  static attention::Operand operand(Tensor& t, int64_t batch_stride, int64_t head_stride,
+                                    int64_t row_stride) {
+    attention::Operand o{
+        .batch_stride = batch_stride, .head_stride = head_stride, .row_stride = row_stride};
+    if (t.dtype() == DType::bf16)
+      o.bf16 = t.data<bf16>();
+    else
+      o.data = t.data();
+    return o;
+  }
   double bytes() const {
-    return 4.0 * double(q.numel() + k.numel() + v.numel() + out.numel() + lse.numel() + dq.numel() +
-                        dk.numel() + dv.numel());
+    double n = 0;
+    for (const Tensor* t : {&q, &k, &v, &out, &lse, &dq, &dk, &dv})
+      n += double(t->numel()) * double(dtype_size(t->dtype()));
+    return n;
   }
 };
 
@@ -230,23 +266,29 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   Tensor k_pool, v_pool;
   if (r.kv_copies > 1) {
     const int64_t n = k.numel();  // K and V have the same shape
-    k_pool = Tensor::empty({r.kv_copies, n});
-    v_pool = Tensor::empty({r.kv_copies, n});
+    const auto bytes = static_cast<size_t>(n) * dtype_size(c.dtype);
+    k_pool = Tensor(c.dtype, {r.kv_copies, n});
+    v_pool = Tensor(c.dtype, {r.kv_copies, n});
     for (int64_t i = 0; i < r.kv_copies; ++i) {
-      std::copy_n(k.data(), n, k_pool.data() + i * n);
-      std::copy_n(v.data(), n, v_pool.data() + i * n);
+      std::memcpy(k_pool.data<std::byte>() + i * bytes, k.data<std::byte>(), bytes);
+      std::memcpy(v_pool.data<std::byte>() + i * bytes, v.data<std::byte>(), bytes);
     }
     int64_t next = 0;
     run = [&, body = run, n, next]() mutable {
       const int64_t at = next++ % r.kv_copies;
-      p.k.data = k_pool.data() + at * n;
-      p.v.data = v_pool.data() + at * n;
+      if (c.dtype == DType::bf16) {
+        p.k.bf16 = k_pool.data<bf16>() + at * n;
+        p.v.bf16 = v_pool.data<bf16>() + at * n;
+      } else {
+        p.k.data = k_pool.data() + at * n;
+        p.v.data = v_pool.data() + at * n;
+      }
       body();
     };
   }
   // The peak of the best instruction set, measured before HEADLIGHT_ISA (if set) restricts the
   // kernels, so that a forced lower ISA shows as a lower fraction of this machine's peak.
-  r.peak = measure_peak(c.threads);
+  r.peak = measure_peak(c.threads, 7, c.dtype);
   apply_isa_from_environment();
   r.config = c;
   r.target = c.kernel == AttentionKernel::fused     ? attention::cpu::flash_target()
@@ -273,7 +315,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   r.gflops = r.flops / r.timing.median * 1e-9;
   r.fraction_of_peak = r.gflops / r.peak.gflops;
   if (decode) {
-    r.kv_bytes = 4.0 * double(B) * double(G) * double(S) * double(2 * D);
+    r.kv_bytes = double(dtype_size(c.dtype)) * double(B) * double(G) * double(S) * double(2 * D);
     r.kv_gbytes_per_second = r.kv_bytes / r.timing.median * 1e-9;
     r.bandwidth_gbytes_per_second = median_of(bandwidth);
     r.fraction_of_bandwidth = r.kv_gbytes_per_second / r.bandwidth_gbytes_per_second;

@@ -28,9 +28,11 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -66,6 +68,11 @@ CpuInfo cpu_info() {
   return info;
 }
 
+namespace {
+// Set with Highway's choice by force_isa (the same process-wide state).
+std::atomic<bool> native_bf16{true};
+}  // namespace
+
 void force_isa(std::string_view isa) {
   int64_t limit = 0;  // the best target allowed; 0: no restriction
   if (isa == "avx3" || isa == "avx512") {
@@ -82,6 +89,11 @@ void force_isa(std::string_view isa) {
   }
   // Highway numbers better targets with lower bits: disable every bit below the limit.
   hwy::DisableTargets(limit == 0 ? 0 : (limit - 1) & ~HWY_SCALAR);
+  native_bf16.store(limit == 0);
+}
+
+bool native_bf16_allowed() {
+  return native_bf16.load();
 }
 
 void apply_isa_from_environment() {
@@ -96,17 +108,18 @@ void apply_isa_from_environment() {
   applied = value;
 }
 
-PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds_per_repeat) {
+namespace {
+
+// The best rate of `run` (a loop of independent in-register chains returning its FLOP count) on
+// every thread of ctx: the iteration count calibrated on one thread to `seconds_per_repeat`.
+double chain_peak(ThreadContext& ctx, int repeats, double seconds_per_repeat,
+                  const std::function<double(int64_t, float*)>& run) {
   using Clock = std::chrono::steady_clock;
-  PeakMeasurement result;
-  result.threads = ctx.num_threads();
-  result.lanes = HWY_DYNAMIC_DISPATCH(FmaPeakLanes)();
-  // Calibrate the iteration count on one thread.
   float sink = 0;
   int64_t iterations = 1 << 16;
   for (;;) {
     const auto t0 = Clock::now();
-    HWY_DYNAMIC_DISPATCH(FmaPeakRun)(iterations, &sink);
+    run(iterations, &sink);
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
     if (s > seconds_per_repeat / 4 || iterations > (int64_t{1} << 40)) {
       iterations = static_cast<int64_t>(static_cast<double>(iterations) * seconds_per_repeat /
@@ -115,6 +128,7 @@ PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds
     }
     iterations *= 4;
   }
+  double best = 0;
   std::vector<float> sinks(static_cast<size_t>(ctx.num_threads()), 0.0f);
   for (int r = 0; r < std::max(1, repeats); ++r) {
     double flops = 0;
@@ -122,14 +136,43 @@ PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds
     ctx.parallel_for(ctx.num_threads(), [&](Range range, int worker) {
       double f = 0;
       for (int64_t i = range.begin; i < range.end; ++i)
-        f += HWY_DYNAMIC_DISPATCH(FmaPeakRun)(iterations, &sinks[static_cast<size_t>(worker)]);
+        f += run(iterations, &sinks[static_cast<size_t>(worker)]);
 #pragma omp atomic
       flops += f;
     });
     const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    result.gflops = std::max(result.gflops, flops / s * 1e-9);
+    best = std::max(best, flops / s * 1e-9);
   }
-  if (sink + sinks[0] == 12345.678f) result.gflops += 0;  // keep the sinks alive
+  if (sink + sinks[0] == 12345.678f) best += 0;  // keep the sinks alive
+  return best;
+}
+
+}  // namespace
+
+PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds_per_repeat) {
+  PeakMeasurement result;
+  result.threads = ctx.num_threads();
+  result.lanes = HWY_DYNAMIC_DISPATCH(FmaPeakLanes)();
+  result.gflops = chain_peak(ctx, repeats, seconds_per_repeat, [](int64_t n, float* sink) {
+    return HWY_DYNAMIC_DISPATCH(FmaPeakRun)(n, sink);
+  });
+  return result;
+}
+
+const char* bf16_engine() {
+  if (!native_bf16_allowed()) return "fma";
+  if (amx_available()) return "amx";
+  return cpu_has_bf16_dot() ? "avx512_bf16" : "fma";
+}
+
+PeakMeasurement measure_bf16_peak(ThreadContext& ctx, int repeats, double seconds_per_repeat) {
+  const std::string engine = bf16_engine();
+  if (engine == "fma") return measure_fma_peak(ctx, repeats, seconds_per_repeat);
+  PeakMeasurement result;
+  result.threads = ctx.num_threads();
+  result.lanes = engine == "amx" ? 16 * 16 * 32 : 32;
+  result.gflops = chain_peak(ctx, repeats, seconds_per_repeat,
+                             engine == "amx" ? amx_tile_chains : bf16_dot_chains);
   return result;
 }
 

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "headlight/core/bf16.h"
+
 namespace headlight::io {
 
 inline float half_to_float(uint16_t h) {
@@ -33,10 +35,7 @@ inline float half_to_float(uint16_t h) {
 }
 
 inline float bf16_to_float(uint16_t h) {
-  const uint32_t bits = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
+  return to_float(bf16{h});
 }
 
 // A little-endian u16 at p (the file formats are little-endian, as is every target we build for).

@@ -25,21 +25,34 @@
 #include <cstdint>
 #include <optional>
 
+#include "headlight/core/bf16.h"
+
 namespace headlight::attention {
 
 enum class Alignment : uint8_t { top_left, bottom_right };
 enum class MaskKind : uint8_t { none, boolean, additive };
 
-// A 4-D float operand [batch, heads, rows, dim]; the last dim is contiguous, the others are strided
-// (a stride of 0 broadcasts). Lets a packed QKV buffer, a (L, N, E) layout or a KV cache be used
+// A 4-D operand [batch, heads, rows, dim] of float32 (`data`) or bfloat16 (`bf16`) elements: one
+// of the two pointers is set. The last dim is contiguous, the others are strided in elements (a
+// stride of 0 broadcasts). Lets a packed QKV buffer, a (L, N, E) layout or a KV cache be used
 // without copies.
 struct Operand {
   float* data = nullptr;
   int64_t batch_stride = 0;
   int64_t head_stride = 0;
   int64_t row_stride = 0;
-  float* at(int64_t b, int64_t h, int64_t r) const {
-    return data + b * batch_stride + h * head_stride + r * row_stride;
+  headlight::bf16* bf16 = nullptr;
+
+  bool defined() const { return data != nullptr || bf16 != nullptr; }
+  bool is_bf16() const { return bf16 != nullptr; }
+  int64_t offset(int64_t b, int64_t h, int64_t r) const {
+    return b * batch_stride + h * head_stride + r * row_stride;
+  }
+  float* at(int64_t b, int64_t h, int64_t r) const { return data + offset(b, h, r); }
+  headlight::bf16* bf16_at(int64_t b, int64_t h, int64_t r) const { return bf16 + offset(b, h, r); }
+  // Element e of row (b, h, r) as a float (exact for both types).
+  float value(int64_t b, int64_t h, int64_t r, int64_t e) const {
+    return bf16 ? to_float(bf16[offset(b, h, r) + e]) : data[offset(b, h, r) + e];
   }
 };
 
@@ -97,12 +110,13 @@ struct AttentionOptions {
 struct AttentionParams {
   AttentionShape shape;
   AttentionOptions options;
-  // Inputs.
+  // Inputs: q, k and v all float32 or all bfloat16 (products in fp32 from the bf16 values, the
+  // softmax in fp32, probabilities rounded to bf16 for P·V; see docs/design.md).
   Operand q;  // [batch, heads, len_q, head_dim]
   Operand k;  // [batch, kv_heads, len_kv, head_dim]
   Operand v;  // [batch, kv_heads, len_kv, value_dim]
   // Forward outputs.
-  Operand out;             // [batch, heads, len_q, value_dim]
+  Operand out;             // [batch, heads, len_q, value_dim], float32 or (bf16 inputs) bfloat16
   float* lse = nullptr;    // [batch, heads, len_q] contiguous, optional
   float* probs = nullptr;  // [batch, heads, len_q, len_kv] contiguous, optional (P' after dropout)
   // Per-row statistics of P (before dropout), each optional, [batch, heads, len_q] contiguous:

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "headlight/core/tensor.h"
 #include "headlight/core/timing.h"
 
 namespace headlight::bench {
@@ -15,8 +16,9 @@ struct PeakReport {
   std::string target;  // SIMD target of the probe
 };
 
-// The FMA peak on `threads` threads (best of `repeats`).
-PeakReport measure_peak(int threads, int repeats = 7);
+// The peak of `dtype` on `threads` threads (best of `repeats`): f32, the FMA peak; bf16, the bf16
+// dot-product peak (vdpbf16ps) where the kernels use it, else the FMA peak (measure_bf16_peak).
+PeakReport measure_peak(int threads, int repeats = 7, DType dtype = DType::f32);
 
 struct MatmulBenchConfig {
   int64_t m = 512, n = 2304, k = 768;  // C[m, n] = A[m, k] · B[k, n]
@@ -53,6 +55,7 @@ struct AttentionBenchConfig {
   int64_t batch = 1, heads = 8, kv_heads = 0;  // kv_heads 0: = heads
   int64_t seq = 2048, seq_kv = 0;              // seq_kv 0: = seq
   int64_t head_dim = 64;
+  DType dtype = DType::f32;  // of q, k, v and the output: f32 or bf16 (forward only)
   bool causal = false;
   bool backward = false;
   int64_t probs_heads = 0;  // after the forward, recompute the probabilities of this many heads
@@ -68,7 +71,7 @@ struct AttentionBenchReport {
   // Forward: 2·B·H·Lq·Lk·(D + Dv), halved when causal with Lq = Lk; backward: 2.5× the forward.
   double flops = 0;
   double gflops = 0;
-  PeakReport peak;
+  PeakReport peak;  // of the config's dtype
   double fraction_of_peak = 0;
   std::string target;  // SIMD target of the kernel
   // Decode shapes (seq ≤ 16): the key/value bytes read per call against the read bandwidth

@@ -25,6 +25,10 @@ CpuInfo cpu_info();
 // naming HEADLIGHT_ISA on an unknown name.
 void force_isa(std::string_view isa);
 
+// Whether kernels may use instructions beyond Highway's targets (AVX-512 BF16): false while
+// force_isa restricts the targets (HEADLIGHT_ISA=avx3 is AVX-512 without the bf16 extension).
+bool native_bf16_allowed();
+
 // Applies the environment variable HEADLIGHT_ISA (when set) through force_isa; cheap to call on
 // every kernel entry (it acts only when the value changes).
 void apply_isa_from_environment();
@@ -39,6 +43,38 @@ struct PeakMeasurement {
 // the best of `repeats` runs of about `seconds_per_repeat` each.
 PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats = 5,
                                  double seconds_per_repeat = 0.05);
+
+// Whether this CPU has a bf16 dot-product instruction that the kernels use (AVX-512 BF16's
+// vdpbf16ps: per fp32 lane, acc + a₀·b₀ + a₁·b₁).
+bool cpu_has_bf16_dot();
+
+// `iterations` rounds of 20 independent vdpbf16ps chains (64 FLOP each); returns the FLOP count.
+// Only on a CPU where cpu_has_bf16_dot().
+double bf16_dot_chains(int64_t iterations, float* sink);
+
+// Whether AMX bf16 tiles can be used: the CPU has AMX-BF16, the OS enabled the tile state and
+// granted this process its use (asked once, on the first call; see bf16_peak.cc).
+bool amx_available();
+
+// Configures this thread's AMX tiles as the kernels use them: palette 1, tiles 0–7 each 16 rows
+// of 64 bytes. Every thread that runs tile instructions configures first; release frees the
+// state. Only where amx_available().
+void amx_configure_tiles();
+void amx_release_tiles();
+
+// `iterations` rounds of 4 independent tdpbf16ps (32,768 FLOP each); the FLOP count. Only where
+// amx_available().
+double amx_tile_chains(int64_t iterations, float* sink);
+
+// Which bf16 product engine the kernels use: AMX tiles, else vdpbf16ps, else fp32 FMAs on widened
+// values ("amx", "avx512_bf16", "fma"), as HEADLIGHT_ISA allows.
+const char* bf16_engine();
+
+// The bf16 peak the attention kernels can reach: that of bf16_engine() (measured as
+// measure_fma_peak, with amx_tile_chains or bf16_dot_chains, or the FMA peak itself); lanes is the
+// multiply-adds per instruction (16,384 for AMX, 32 for vdpbf16ps) or the float lanes.
+PeakMeasurement measure_bf16_peak(ThreadContext& ctx, int repeats = 5,
+                                  double seconds_per_repeat = 0.05);
 
 struct BandwidthMeasurement {
   double gbytes_per_second = 0;  // the best of the repeats

@@ -1,8 +1,8 @@
 // Tensor (owning, 64-byte aligned, contiguous) and TensorView (borrowed, any strides).
 //
 // Shapes and strides are in elements, row-major by default. A stride of 0 broadcasts a dimension.
-// float32 is the compute type; boolean (one byte, 0 or 1, as numpy's bool) carries masks; bf16 is
-// declared for storage in later work and has no arithmetic yet.
+// float32 is the compute type; boolean (one byte, 0 or 1, as numpy's bool) carries masks; bf16
+// (headlight/core/bf16.h) is a storage type: attention reads and writes it, arithmetic is fp32.
 #pragma once
 
 #include <cstddef>

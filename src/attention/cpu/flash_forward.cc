@@ -41,6 +41,7 @@
 
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
+#include "src/attention/cpu/flash_bf16.h"
 #include "src/attention/cpu/flash_kernels.h"
 #include "src/attention/cpu/flash_tiles.h"
 
@@ -72,6 +73,15 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     for (int64_t hg = 0; hg < G; ++hg)
       pack_queries(p, b, g * G + hg, i0, rows, w.q + hg * plan.br * D);
   }
+  if (plan.amx) amx_configure_tiles();               // this worker's tiles, for this item
+  auto* q_pairs = reinterpret_cast<uint32_t*>(w.q);  // bf16: [G, br, pairs] words
+  // bf16: the softmax takes raw scores when nothing else needs them scaled (scale_after_softmax),
+  // and writes P rounded to bf16 when nothing changes P after it (no dropout).
+  const bool raw_scores = plan.bf16 && scale_in_softmax(p, plan);
+  const bool round_in_softmax = plan.bf16 && o.dropout_p == 0;
+  if (plan.bf16)
+    for (int64_t hg = 0; hg < G; ++hg)
+      pack_query_pairs(p, plan, b, g * G + hg, i0, rows, q_pairs + hg * plan.br * plan.pairs);
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
@@ -109,7 +119,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         apply_element_masks(p, {b, g * G + hg, i0, rows, j0, cols, partial}, cols_pad,
                             w.s + hg * rows * plan.bc_pad, plan.bc_pad);
       kernels::softmax_rows(w.s, gr, cols_pad, plan.bc_pad, w.m, w.l, w.alpha,
-                            stats ? w.ent : nullptr, stats ? w.argcol : nullptr);
+                            {.ent = stats ? w.ent : nullptr, .argmax = stats ? w.argcol : nullptr});
       if (stats)
         for (int64_t k = 0; k < gr; ++k)
           if (w.argcol[k] >= 0) w.best[k] = j0 + w.argcol[k];
@@ -124,17 +134,35 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
       const TilePos tile{b, h, i0, rows, j0, cols, partial};
-      score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
+      if (plan.bf16)
+        score_tile(p, plan, reinterpret_cast<const float*>(q_pairs + hg * plan.br * plan.pairs),
+                   plan.pairs, tile, kt, w.s, raw_scores);
+      else
+        score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
-      kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
-                            stats ? w.ent + hg * plan.br : nullptr, stats ? w.argcol : nullptr);
+      if (plan.amx && round_in_softmax && !stats)
+        kernels::amx::softmax_rows(w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
+                                   static_cast<size_t>(plan.bc_pad), m, l, w.alpha,
+                                   raw_scores ? effective_scale(p) : 1.0f, w.pb,
+                                   static_cast<size_t>(plan.bc_pad));
+      else
+        kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
+                              {.ent = stats ? w.ent + hg * plan.br : nullptr,
+                               .argmax = stats ? w.argcol : nullptr,
+                               .scale = raw_scores ? effective_scale(p) : 1.0f,
+                               .pb = round_in_softmax ? w.pb : nullptr,
+                               .ldpb = static_cast<size_t>(plan.bc_pad)});
       if (stats)
         for (int64_t r = 0; r < rows; ++r)
           if (w.argcol[r] >= 0) w.best[hg * plan.br + r] = j0 + w.argcol[r];
       if (o.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
-      kernels::pv_tile(w.s, plan.bc_pad, rows, cols, v, ldv, plan.dv_pad,
-                       w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
+      if (plan.bf16)
+        pv_tile_bf16(plan, w, round_in_softmax ? nullptr : w.s, rows, cols, kt,
+                     w.o + hg * plan.br * plan.dv_pad, w.alpha);
+      else
+        kernels::pv_tile(w.s, plan.bc_pad, rows, cols, v, ldv, plan.dv_pad,
+                         w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);
     }
   }
 }
@@ -158,9 +186,14 @@ struct RowResult {
 // out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key), and the
 // statistics when asked for: entropy = log l − ent / l, max weight = 1 / l.
 void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r) {
-  float* dst = p.out.at(b, h, i);
   const float inv = r.l > 0 ? 1.0f / r.l : 0.0f;
-  for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = r.o[x] * inv;
+  if (p.out.is_bf16()) {
+    bf16* dst = p.out.bf16_at(b, h, i);
+    for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = to_bf16(r.o[x] * inv);
+  } else {
+    float* dst = p.out.at(b, h, i);
+    for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = r.o[x] * inv;
+  }
   const int64_t flat = (b * p.shape.heads + h) * p.shape.len_q + i;
   const bool nan = std::isnan(r.l);
   if (p.lse) p.lse[flat] = r.l > 0 ? r.m + std::log(r.l) : (nan ? r.l : kNegInf);
@@ -285,7 +318,7 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
                    const ProbabilitiesRequest& request, float* out) {
   apply_isa_from_environment();
   const AttentionShape& sh = p.shape;
-  check(p.q.data != nullptr && (sh.len_kv == 0 || p.k.data != nullptr),
+  check(p.q.defined() && (sh.len_kv == 0 || p.k.defined()),
         "probabilities: query and key pointers are required");
   AttentionParams checked = p;
   checked.out.data = out;  // validate() wants an output; ours is `out`
@@ -317,6 +350,8 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     const float* lse = p.lse + (b * sh.heads + h) * sh.len_q + i0;
     float* dst = out + ((b * nh + hi) * nrows + (i0 - row_begin)) * sh.len_kv;
     std::fill(dst, dst + rows * sh.len_kv, 0.0f);  // keys outside every row's range stay 0
+    if (plan.amx) amx_configure_tiles();
+    if (plan.bf16) pack_query_pairs(p, plan, b, h, i0, rows, reinterpret_cast<uint32_t*>(w.q));
     const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
     const int64_t j_begin = std::max<int64_t>(first.lo, 0);
     const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
@@ -324,8 +359,12 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
       const int64_t cols = std::min(kBlockKeys, j_end - j0);
       const TilePos tile{b, h, i0, rows, j0, cols, !(last.lo <= j0 && first.hi >= j0 + cols - 1)};
-      score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile,
-                 blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
+      if (plan.bf16)
+        score_tile(p, plan, w.q, plan.pairs, tile, blocks + (j0 / kBlockKeys) * plan.block_floats,
+                   w.s);
+      else
+        score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile,
+                   blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
       kernels::exp_shift_rows(w.s, rows, round_up(cols, plan.lanes), plan.bc_pad, lse);
       if (p.options.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       for (int64_t r = 0; r < rows; ++r)

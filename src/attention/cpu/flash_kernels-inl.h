@@ -403,10 +403,17 @@ constexpr size_t kMaxSoftmaxRows = 256;
 //   ent[r]    = Σ_j p̃_j (s_j − m) over the keys so far, with p̃ = exp(s − m) and m the running
 //               maximum, kept current as m changes: ent' = α·(ent + (m − m')·l) + Σ_tile p̃ (s −
 //               m'). The row's entropy is then log l − ent / l.
+// With extras.scale ≠ 1 the tile holds raw scores and every score above is scale · s (the tile
+// maximum is scaled after it is found, P = 2^(s·scale·log2 e − m'·log2 e)); with extras.pb, P is
+// rounded to bf16 (nearest even: add 0x7FFF plus the lowest kept bit, keep the upper 16 bits) and
+// stored there, and S is left as it was.
 void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
-                 float* ent, int32_t* argmax) {
+                 const attention::cpu::kernels::SoftmaxExtras& extras) {
   const DF d;
   const size_t L = hn::Lanes(d);
+  float* ent = extras.ent;
+  int32_t* argmax = extras.argmax;
+  const float scale = extras.scale;
   const float ninf = -std::numeric_limits<float>::infinity();
   HWY_ALIGN float tile_max[kMaxSoftmaxRows], m_new[kMaxSoftmaxRows], a[kMaxSoftmaxRows];
   // A.
@@ -426,13 +433,14 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
       vmax0 = hn::Max(vmax0, x);
       nan = hn::Or(nan, hn::VecFromMask(d, hn::IsNaN(x)));
     }
-    tile_max[r] = hn::AllFalse(d, hn::MaskFromVec(nan))
-                      ? hn::GetLane(hn::MaxOfLanes(d, hn::Max(vmax0, vmax1)))
-                      : std::numeric_limits<float>::quiet_NaN();
+    const float raw_max = hn::AllFalse(d, hn::MaskFromVec(nan))
+                              ? hn::GetLane(hn::MaxOfLanes(d, hn::Max(vmax0, vmax1)))
+                              : std::numeric_limits<float>::quiet_NaN();
+    tile_max[r] = raw_max * scale;
     if (argmax) {
       argmax[r] = -1;
       if (tile_max[r] > m[r]) {
-        const VF t = hn::Set(d, tile_max[r]);
+        const VF t = hn::Set(d, raw_max);
         for (size_t c2 = 0; c2 < cols; c2 += L) {
           const intptr_t at = hn::FindFirstTrue(d, hn::Eq(hn::LoadU(d, row + c2), t));
           if (at >= 0) {
@@ -471,9 +479,22 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
     const float m_prev = m[r];
     m[r] = m_new[r];
     alpha[r] = a[r];
-    const VF vm = hn::Set(d, m_new[r]);
+    const VF vm = hn::Set(d, m_new[r]), vscale = hn::Set(d, scale);
     // P = 2^(s·log2 e − round(m'·log2 e)): one FMA, then Exp2Softmax.
-    const VF l2e = hn::Set(d, kLog2e), vml = hn::Set(d, m_new[r] * kLog2e);
+    const VF l2e = hn::Set(d, kLog2e * scale), vml = hn::Set(d, m_new[r] * kLog2e);
+    bf16* pb_row = extras.pb ? extras.pb + r * extras.ldpb : nullptr;
+    // Stores P: fp32 into the tile, or rounded to bf16 into pb.
+    auto store = [&](VF p, size_t at) {
+      if (!pb_row) return hn::StoreU(p, d, row + at);
+      using DI = hn::RebindToSigned<DF>;
+      const DI di;
+      const auto bits = hn::BitCast(di, p);
+      const auto bump =
+          hn::Add(hn::Set(di, 0x7FFF), hn::And(hn::ShiftRight<16>(bits), hn::Set(di, 1)));
+      const auto upper = hn::ShiftRight<16>(hn::Add(bits, bump));
+      const hn::Rebind<uint16_t, DI> d16;
+      hn::StoreU(hn::DemoteTo(d16, upper), d16, reinterpret_cast<uint16_t*>(pb_row + at));
+    };
     const bool none = m_new[r] == ninf;  // no allowed key yet: P = 0 (exp(−inf − −inf) is NaN)
     VF sum0 = hn::Zero(d), sum1 = sum0;
     size_t c = 0;
@@ -483,11 +504,11 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
       VF e = hn::Zero(d);
       for (; c < cols; c += L) {
         const VF x = hn::LoadU(d, row + c);
-        const VF t = hn::Sub(x, vm);  // natural units, for the entropy term
+        const VF t = hn::MulSub(x, vscale, vm);  // natural units, for the entropy term
         const VF p0 = none ? hn::Zero(d) : Exp2Softmax(d, hn::MulSub(x, l2e, vml));
         sum0 = hn::Add(sum0, p0);
         e = hn::MulAdd(p0, hn::Max(t, floor), e);
-        hn::StoreU(p0, d, row + c);
+        store(p0, c);
       }
       float* lr = l + r * L;
       const float l_old = hn::GetLane(hn::SumOfLanes(d, hn::LoadU(d, lr)));
@@ -503,14 +524,14 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
           none ? hn::Zero(d) : Exp2Softmax(d, hn::MulSub(hn::LoadU(d, row + c + L), l2e, vml));
       sum0 = hn::Add(sum0, p0);
       sum1 = hn::Add(sum1, p1);
-      hn::StoreU(p0, d, row + c);
-      hn::StoreU(p1, d, row + c + L);
+      store(p0, c);
+      store(p1, c + L);
     }
     if (c < cols) {
       const VF p0 =
           none ? hn::Zero(d) : Exp2Softmax(d, hn::MulSub(hn::LoadU(d, row + c), l2e, vml));
       sum0 = hn::Add(sum0, p0);
-      hn::StoreU(p0, d, row + c);
+      store(p0, c);
     }
     float* lr = l + r * L;
     hn::StoreU(hn::MulAdd(hn::Set(d, a[r]), hn::LoadU(d, lr), hn::Add(sum0, sum1)), d, lr);

@@ -5,10 +5,13 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/highway.h"
+#include "src/attention/cpu/flash_bf16-inl.h"
 #include "src/attention/cpu/flash_kernels-inl.h"
 
 #if HWY_ONCE
 
+#include "headlight/core/cpu_info.h"
+#include "src/attention/cpu/flash_bf16.h"
 #include "src/attention/cpu/flash_kernels.h"
 
 namespace headlight {
@@ -26,6 +29,9 @@ HWY_EXPORT(SoftmaxGradTile);
 HWY_EXPORT(MulTile);
 HWY_EXPORT(SoftcapGradTile);
 HWY_EXPORT(TransposeRows);
+HWY_EXPORT(QkTileBf16);
+HWY_EXPORT(PvTileBf16);
+HWY_EXPORT(RoundTileBf16);
 
 namespace attention::cpu::kernels {
 
@@ -44,8 +50,8 @@ void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
 }
 
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
-                  float* ent, int32_t* argmax) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRows)(s, rows, cols, lds, m, l, alpha, ent, argmax);
+                  const SoftmaxExtras& extras) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxRows)(s, rows, cols, lds, m, l, alpha, extras);
 }
 
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
@@ -83,6 +89,28 @@ void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap
 void transpose_rows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,
                     float* dst, size_t ld_dst) {
   HWY_DYNAMIC_DISPATCH(TransposeRows)(src, ld_src, rows, width, scale, dst, ld_dst);
+}
+
+bool bf16_native() {
+  static const bool cpu = cpu_has_bf16_dot();
+  return cpu && native_bf16_allowed();
+}
+
+void qk_tile_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,
+                  size_t pairs, size_t cols, float scale, float* s, size_t lds) {
+  if (bf16_native()) return native::qk_tile_bf16(q, ldq, rows, kt, ldk, pairs, cols, scale, s, lds);
+  HWY_DYNAMIC_DISPATCH(QkTileBf16)(q, ldq, rows, kt, ldk, pairs, cols, scale, s, lds);
+}
+
+void pv_tile_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v,
+                  size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
+  if (bf16_native()) return native::pv_tile_bf16(p, ldp, rows, pairs, v, ldv, width, o, ldo, alpha);
+  HWY_DYNAMIC_DISPATCH(PvTileBf16)(p, ldp, rows, pairs, v, ldv, width, o, ldo, alpha);
+}
+
+void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols, bf16* dst, size_t ldd) {
+  if (bf16_native()) return native::round_tile_bf16(s, lds, rows, cols, dst, ldd);
+  HWY_DYNAMIC_DISPATCH(RoundTileBf16)(s, lds, rows, cols, dst, ldd);
 }
 
 size_t float_lanes() {

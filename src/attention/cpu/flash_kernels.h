@@ -7,6 +7,8 @@
 #include <cstdint>
 #include <string>
 
+#include "headlight/core/bf16.h"
+
 namespace headlight::attention::cpu::kernels {
 
 // s[rows, cols] = a[rows, dim] (leading dim lda) · bt[dim, cols] (leading dim ldb); cols a
@@ -18,11 +20,25 @@ void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ld
               size_t cols, float* s, size_t lds);
 // s ← cap · tanh(s / cap).
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
+// What softmax_rows does beyond the plain online softmax.
+struct SoftmaxExtras {
+  // Statistics (both or neither): see flash_kernels-inl.h; argmax is a column of this tile, −1
+  // when the maximum did not move.
+  float* ent = nullptr;
+  int32_t* argmax = nullptr;
+  // The tile holds raw scores: each score is scale · s (scale > 0, so the maximum is the same
+  // key's). Lets the bf16 products skip a pass that scales S.
+  float scale = 1.0f;
+  // When set, P is written here rounded to bf16 (round to nearest even) [rows, ldpb] instead of
+  // into S as fp32.
+  bf16* pb = nullptr;
+  size_t ldpb = 0;
+};
+
 // The online softmax of a tile: updates m and the per-lane sums l [rows, lanes], writes α and
-// turns S into P (see flash_kernels-inl.h). With `ent` and `argmax` non-null it also tracks the
-// statistics documented there (argmax is a column of this tile, −1 when the maximum did not move).
+// turns S into P (see flash_kernels-inl.h).
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
-                  float* ent = nullptr, int32_t* argmax = nullptr);
+                  const SoftmaxExtras& extras = {});
 // o[rows, width] = α ⊙ o + p[rows, cols] · v[cols, width] (α null: o += p · v).
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha);

@@ -8,6 +8,7 @@
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/core/tensor.h"
+#include "src/attention/cpu/flash_bf16.h"
 #include "src/attention/cpu/flash_kernels.h"
 
 namespace headlight::attention::cpu {
@@ -35,6 +36,7 @@ Scratch carve(float* base, const Plan& plan) {
   s.ent = s.alpha + plan.row_floats;
   s.best = reinterpret_cast<int64_t*>(s.ent + plan.row_floats);  // row_floats is a multiple of 16
   s.argcol = reinterpret_cast<int32_t*>(s.best + plan.row_floats);
+  s.pb = plan.pb_floats ? reinterpret_cast<bf16*>(s.argcol + plan.row_floats) : nullptr;
   return s;
 }
 
@@ -77,11 +79,29 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
 
 // s[rows, bc_pad] = the final scores of the tile: scale·Q·Kᵀ (the scale is in q_scaled), soft-cap,
 // ALiBi and masks; −inf where not allowed and on the padding.
+bool scale_in_softmax(const AttentionParams& p, const Plan& plan) {
+  const AttentionOptions& o = p.options;
+  return plan.amx && effective_scale(p) > 0 && o.softcap == 0 && o.alibi_slopes == nullptr &&
+         o.mask.kind != MaskKind::additive;
+}
+
 void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
-                const TilePos& t, const float* kt, float* s) {
+                const TilePos& t, const float* kt, float* s, bool raw) {
   const int64_t D = p.shape.head_dim;
   const int64_t cols_pad = round_up(t.cols, plan.lanes);
-  if (kt) {
+  if (plan.amx) {  // q: pair words (pack_query_pairs), whole tiles of 16 rows
+    kernels::amx::qk_tile(reinterpret_cast<const uint32_t*>(q), static_cast<size_t>(ldq),
+                          static_cast<size_t>(round_up(t.rows, 16)),
+                          reinterpret_cast<const uint32_t*>(kt), static_cast<size_t>(plan.bc_pad),
+                          static_cast<size_t>(plan.pairs), static_cast<size_t>(cols_pad),
+                          raw ? 1.0f : effective_scale(p), s, static_cast<size_t>(plan.bc_pad));
+  } else if (plan.bf16) {  // q: pair words (pack_query_pairs), ldq in words
+    kernels::qk_tile_bf16(reinterpret_cast<const uint32_t*>(q), static_cast<size_t>(ldq),
+                          static_cast<size_t>(t.rows), reinterpret_cast<const uint32_t*>(kt),
+                          static_cast<size_t>(plan.bc_pad), static_cast<size_t>(plan.pairs),
+                          static_cast<size_t>(cols_pad), effective_scale(p), s,
+                          static_cast<size_t>(plan.bc_pad));
+  } else if (kt) {
     kernels::qk_tile(q, ldq, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
   } else {  // keys read where they lie (decode); q is scaled
     kernels::dot_tile(q, ldq, t.rows, p.k.at(t.b, t.h / plan.group, t.j0), p.k.row_stride, D,
@@ -118,12 +138,49 @@ void pack_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t
                             static_cast<size_t>(width), scale, dst + c0, static_cast<size_t>(ld));
 }
 
+namespace {
+
+uint32_t pair_word(bf16 lo, bf16 hi) {
+  return static_cast<uint32_t>(lo.bits) | static_cast<uint32_t>(hi.bits) << 16;
+}
+
+// Pair e of a row of `dim` elements (zero past the row's end).
+uint32_t pair_at(const bf16* row, int64_t dim, int64_t e) {
+  const bf16 zero{};
+  return pair_word(2 * e < dim ? row[2 * e] : zero, 2 * e + 1 < dim ? row[2 * e + 1] : zero);
+}
+
+// bf16: Kᵀ as pair words [pairs, bc_pad] and V as pair words [bc_pad / 2, dv_pad], zero-padded.
+void pack_block_bf16(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t j0,
+                     int64_t cols, uint32_t* dst) {
+  const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim, ld = plan.bc_pad;
+  const bf16 zero{};
+  std::fill(dst, dst + plan.pairs * ld, 0u);
+  for (int64_t c = 0; c < cols; ++c) {
+    const bf16* k = p.k.bf16_at(b, g, j0 + c);
+    for (int64_t e = 0; e < plan.pairs; ++e) dst[e * ld + c] = pair_at(k, D, e);
+  }
+  uint32_t* v = dst + plan.pairs * ld;
+  for (int64_t c2 = 0; c2 < ld / 2; ++c2) {
+    uint32_t* row = v + c2 * plan.dv_pad;
+    const int64_t c = 2 * c2;
+    const bf16* v0 = c < cols ? p.v.bf16_at(b, g, j0 + c) : nullptr;
+    const bf16* v1 = c + 1 < cols ? p.v.bf16_at(b, g, j0 + c + 1) : nullptr;
+    for (int64_t x = 0; x < Dv; ++x) row[x] = pair_word(v0 ? v0[x] : zero, v1 ? v1[x] : zero);
+    std::fill(row + Dv, row + plan.dv_pad, 0u);
+  }
+}
+
+}  // namespace
+
 // Packs key block `blk` of (b, g): Kᵀ [D, bc_pad] and V [bc_pad, dv_pad], zero-padded, from any
-// strides. Done once per call and read by every query block of the group.
+// strides (bf16: pair words, pack_block_bf16). Done once per call and read by every query block of
+// the group.
 void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t blk,
                 float* dst) {
   const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim;
   const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, p.shape.len_kv - j0);
+  if (plan.bf16) return pack_block_bf16(p, plan, b, g, j0, cols, reinterpret_cast<uint32_t*>(dst));
   float* v = dst + D * plan.bc_pad;
   pack_transposed(p.k, b, g, j0, cols, D, effective_scale(p), dst, plan.bc_pad);
   if (plan.v_in_place) return;
@@ -141,20 +198,33 @@ Plan make_plan(const AttentionParams& p) {
   Plan plan;
   plan.lanes = static_cast<int64_t>(kernels::float_lanes());
   plan.group = sh.heads / sh.kv_heads;
+  plan.bf16 = p.q.is_bf16();
+  plan.amx = plan.bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
   // Keys per tile, padded: a whole block, or all the keys when there are fewer.
-  plan.bc_pad = round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), plan.lanes);
+  plan.bc_pad =
+      round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), plan.amx ? 32 : plan.lanes);
   const AttentionOptions& o = p.options;
   const bool banded = o.causal || o.window_left >= 0 || o.window_right >= 0;
   plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);
+  if (plan.amx) plan.br = round_up(plan.br, 16);
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
   const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
   plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
   plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
-  plan.v_in_place = sh.value_dim == plan.dv_pad;
+  plan.v_in_place = sh.value_dim == plan.dv_pad && !plan.bf16;
   plan.block_floats = round_up(
       static_cast<int64_t>(D * bc + (plan.v_in_place ? 0 : bc * static_cast<size_t>(plan.dv_pad))),
       16);
+  if (plan.bf16) {
+    plan.pairs = (sh.head_dim + 1) / 2;
+    if (plan.amx) plan.pairs = round_up(std::max<int64_t>(plan.pairs, 1), 16);
+    const auto pairs = static_cast<size_t>(plan.pairs);
+    plan.q_floats = round_up(static_cast<int64_t>(G * br * std::max<size_t>(pairs, 1)), 16);
+    plan.block_floats =
+        round_up(static_cast<int64_t>(pairs * bc + bc / 2 * static_cast<size_t>(plan.dv_pad)), 16);
+    plan.pb_floats = static_cast<size_t>(round_up(static_cast<int64_t>(br * bc / 2), 16));
+  }
   plan.s_floats = G * br * bc;  // one head's tile, or (keys in place) the whole group's
   plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
@@ -174,6 +244,41 @@ const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan&
     pack_block(p, plan, bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * plan.block_floats);
   });
   return packed;
+}
+
+void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int64_t h, int64_t i0,
+                      int64_t rows, uint32_t* dst) {
+  const int64_t D = p.shape.head_dim;
+  for (int64_t r = 0; r < rows; ++r) {
+    const bf16* src = p.q.bf16_at(b, h, i0 + r);
+    for (int64_t e = 0; e < plan.pairs; ++e) dst[r * plan.pairs + e] = pair_at(src, D, e);
+  }
+}
+
+void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t rows, int64_t cols,
+                  const float* v_block, float* o, const float* alpha) {
+  const auto bc = static_cast<size_t>(plan.bc_pad);
+  const int64_t cols_pad = round_up(cols, plan.lanes);
+  if (s)
+    kernels::round_tile_bf16(s, bc, static_cast<size_t>(rows), static_cast<size_t>(cols_pad), w.pb,
+                             bc);
+  if (plan.amx) {
+    // Whole tiles: 16 rows, 32 keys; the rows and keys past the tile's are zero.
+    const int64_t rows16 = round_up(rows, 16), cols32 = round_up(cols_pad, 32);
+    for (int64_t r = 0; r < rows; ++r)
+      std::fill(w.pb + r * plan.bc_pad + cols_pad, w.pb + r * plan.bc_pad + cols32, bf16{});
+    std::fill(w.pb + rows * plan.bc_pad, w.pb + rows16 * plan.bc_pad, bf16{});
+    kernels::amx::pv_tile(w.pb, bc, static_cast<size_t>(rows16), static_cast<size_t>(cols32 / 2),
+                          reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
+                          static_cast<size_t>(plan.dv_pad), static_cast<size_t>(plan.dv_pad), o,
+                          static_cast<size_t>(plan.dv_pad), alpha);
+    return;
+  }
+  kernels::pv_tile_bf16(reinterpret_cast<const uint32_t*>(w.pb), bc / 2, static_cast<size_t>(rows),
+                        static_cast<size_t>((cols + 1) / 2),
+                        reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
+                        static_cast<size_t>(plan.dv_pad), static_cast<size_t>(plan.dv_pad), o,
+                        static_cast<size_t>(plan.dv_pad), alpha);
 }
 
 // Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].

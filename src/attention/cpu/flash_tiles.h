@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "headlight/attention/params.h"
+#include "headlight/core/bf16.h"
 #include "headlight/core/thread_context.h"
 
 namespace headlight::attention::cpu {
@@ -35,17 +36,27 @@ struct KeyRange {
 };
 
 // Sizes of one call's tiles, and the per-thread scratch carved from them (in floats).
+//
+// bf16 inputs (plan.bf16): a block holds Kᵀ as pair words [pairs, bc_pad] then V as pair words
+// [bc_pad / 2, dv_pad] (flash_bf16.h; a word is one float's size, so the counts below stay in
+// floats), V is always packed, the queries are packed as pair words [group, br, pairs], and the
+// probabilities of a tile are rounded into pb [br, bc_pad] bf16 for P·V.
 struct Plan {
   int64_t lanes, group, dv_pad, bc_pad, br;
+  bool bf16 = false;
+  bool amx = false;   // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
+  int64_t pairs = 0;  // bf16: head-dim pairs, ⌈D / 2⌉ (AMX: padded to a multiple of 16)
   int64_t kv_blocks;  // key blocks per (batch, kv head)
   // Value rows whole vectors wide (Dv = dv_pad) are read where they lie; otherwise they are
   // packed, padded, after the keys.
   bool v_in_place;
   int64_t block_floats;  // one packed key block: Kᵀ [D, bc_pad], then V [bc_pad, dv_pad] if packed
   size_t q_floats, s_floats, o_floats, row_floats;
+  size_t pb_floats = 0;  // bf16: the rounded probabilities of one head's tile
   size_t total() const {
-    // q, s, o; m, alpha, ent; l (lanes per row); best (int64) and argcol (int32)
-    return q_floats + s_floats + o_floats + row_floats * (6 + static_cast<size_t>(lanes));
+    // q, s, o; m, alpha, ent; l (lanes per row); best (int64) and argcol (int32); pb
+    return q_floats + s_floats + o_floats + row_floats * (6 + static_cast<size_t>(lanes)) +
+           pb_floats;
   }
 };
 
@@ -60,6 +71,7 @@ struct Scratch {
   float* ent;       // [group·br] Σ p̃ (s − m), see softmax_rows
   int64_t* best;    // [group·br] the key of the running maximum
   int32_t* argcol;  // [br] the column of a new maximum in the current tile
+  bf16* pb;         // bf16 inputs: [br, bc_pad] the tile's probabilities, rounded
 };
 
 // Where a tile sits: batch b, query head h, rows [i0, i0 + rows), keys [j0, j0 + cols).
@@ -83,8 +95,15 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
 // not allowed and on the padding. kt is the packed, scaled Kᵀ of the block and q the query rows as
 // they lie (leading dim ldq); or kt is null, the key rows are read in place and q must hold the
 // scaled queries (pack_queries).
+// With raw (bf16 only; scale_in_softmax must hold) the scores are left unscaled for the softmax
+// to scale.
 void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
-                const TilePos& t, const float* kt, float* s);
+                const TilePos& t, const float* kt, float* s, bool raw = false);
+
+// Whether the softmax may scale the scores itself (SoftmaxExtras::scale): the AMX products (whose
+// scaling would be a pass of its own), a positive scale, and no option that needs scaled scores
+// before the softmax (soft-cap, ALiBi, an additive mask).
+bool scale_in_softmax(const AttentionParams& p, const Plan& plan);
 
 // Multiplies P by the dropout mask of the tile: 0 or 1/(1 − p) per element (params.h).
 void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds);
@@ -110,5 +129,16 @@ const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan&
 // Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].
 void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
                   float* dst);
+
+// bf16: copies the query rows [i0, i0 + rows) of head h as pair words into dst [rows, pairs]
+// (unscaled; the bf16 product applies the scale to its fp32 sums).
+void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int64_t h, int64_t i0,
+                      int64_t rows, uint32_t* dst);
+
+// bf16: the probabilities of a tile (s [rows, bc_pad], fp32; or, s null, already rounded into w.pb
+// by the softmax) rounded to bf16 and multiplied into o [rows, dv_pad] with the packed values v of
+// the block: o = α ⊙ o + round(P) · V.
+void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t rows, int64_t cols,
+                  const float* v_block, float* o, const float* alpha);
 
 }  // namespace headlight::attention::cpu

@@ -2,6 +2,9 @@
 //
 //   for each (b, h, i):  scores of row i against every key (row_scores.h), softmax in double,
 //                        out[b,h,i,:] = Σ_j P'_ij · v[b,g,j,:]
+// bf16 inputs are read exactly (widened) and everything is computed in double as for float32: the
+// reference is exact attention of the bf16 values, rounded once (to float32, or to bf16 for a bf16
+// output).
 // Cost O(B·H·L_q·L_kv·(D + D_v)) with no tiling; memory O(L_kv) per row.
 
 #include <cmath>
@@ -26,13 +29,17 @@ void forward(const AttentionParams& p) {
         for (int64_t j = 0; j < sh.len_kv; ++j) {
           const double w = row.prob[j] * row.keep[j];
           if (w == 0.0) continue;
-          const float* vj = p.v.at(b, g, j);
-          for (int64_t e = 0; e < sh.value_dim; ++e) acc[e] += w * vj[e];
+          for (int64_t e = 0; e < sh.value_dim; ++e) acc[e] += w * p.v.value(b, g, j, e);
         }
         if (std::isnan(row.lse))  // a NaN score poisons the whole row, as the formula says
           std::fill(acc.begin(), acc.end(), std::nan(""));
-        float* out = p.out.at(b, h, i);
-        for (int64_t e = 0; e < sh.value_dim; ++e) out[e] = static_cast<float>(acc[e]);
+        for (int64_t e = 0; e < sh.value_dim; ++e) {
+          const auto x = static_cast<float>(acc[e]);
+          if (p.out.is_bf16())
+            p.out.bf16_at(b, h, i)[e] = to_bf16(x);
+          else
+            p.out.at(b, h, i)[e] = x;
+        }
         const int64_t flat = (b * sh.heads + h) * sh.len_q + i;
         if (p.lse) p.lse[flat] = static_cast<float>(row.lse);
         if (p.entropy || p.argmax || p.max_weight) {

@@ -34,11 +34,10 @@ inline void score_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i,
   row.s.assign(static_cast<size_t>(n), ninf);
   row.prob.assign(static_cast<size_t>(n), 0.0);
   row.keep.assign(static_cast<size_t>(n), 1.0);
-  const float* qi = p.q.at(b, h, i);
   for (int64_t j = 0; j < n; ++j) {
-    const float* kj = p.k.at(b, g, j);
-    double dot = 0;
-    for (int64_t e = 0; e < sh.head_dim; ++e) dot += static_cast<double>(qi[e]) * kj[e];
+    double dot = 0;  // float32 or bf16 values, exactly
+    for (int64_t e = 0; e < sh.head_dim; ++e)
+      dot += static_cast<double>(p.q.value(b, h, i, e)) * p.k.value(b, g, j, e);
     const double raw = scale * dot;
     row.raw[j] = raw;
     bool allowed = o.mask.allows(b, h, i, j);

@@ -1,0 +1,68 @@
+// The bf16 tiles of the fused attention kernels: the two products of a tile with bf16 operands and
+// fp32 accumulation, and the rounding of probabilities to bf16 between them.
+//
+// Layout. The products reduce over pairs of adjacent elements (AVX-512 BF16's vdpbf16ps computes,
+// per fp32 lane, acc + a₀·b₀ + a₁·b₁), so both right-hand operands are packed as pairs, one pair
+// per 32-bit word, and every left-hand row is read a pair (one 32-bit word) at a time:
+//   S = Q·Kᵀ   Q rows [rows, pairs] words (head dim e = 2·e2, 2·e2 + 1), Kᵀ packed [pairs, ldk]
+//              words: word (e2, c) = (k[c, 2·e2], k[c, 2·e2 + 1]);
+//   O += P·V   P rows [rows, pairs] words (keys 2·c2, 2·c2 + 1), V packed [pairs, ldv] words:
+//              word (c2, x) = (v[2·c2, x], v[2·c2 + 1, x]).
+// Odd head dims and key counts are padded with zeros. The native path (vdpbf16ps, on CPUs with
+// AVX-512 BF16, in flash_bf16_avx512.cc) and the portable path (every Highway target: each word
+// widened to two floats by shifts, two FMAs; flash_bf16-inl.h) read the same layout and compute
+// the same sums up to fp32 summation order. vdpbf16ps treats bf16 denormals (below 1.2·10⁻³⁸) as
+// zero; the portable path keeps them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "headlight/core/bf16.h"
+
+namespace headlight::attention::cpu::kernels {
+
+// Whether the native path runs: the CPU has AVX-512 BF16 and HEADLIGHT_ISA does not restrict the
+// targets (HEADLIGHT_ISA=avx3 keeps AVX-512 but takes the portable bf16 path).
+bool bf16_native();
+
+// s[rows, cols] = scale · q · Kᵀ: q [rows, pairs] words (leading dim ldq words), kt packed
+// [pairs, ldk] words; cols a multiple of 16.
+void qk_tile_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,
+                  size_t pairs, size_t cols, float scale, float* s, size_t lds);
+
+// o[rows, width] = α ⊙ o + p · V: p [rows, pairs] words (leading dim ldp words), v packed
+// [pairs, ldv] words; width a multiple of 16; α = 1 when null.
+void pv_tile_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v,
+                  size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
+
+// dst[r, c] = to_bf16(s[r, c]) for c < cols (a multiple of 16), round to nearest even.
+void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols, bf16* dst, size_t ldd);
+
+// The native loops (flash_bf16_avx512.cc); only called when bf16_native().
+namespace native {
+void qk_tile_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,
+                  size_t pairs, size_t cols, float scale, float* s, size_t lds);
+void pv_tile_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v,
+                  size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
+void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols, bf16* dst, size_t ldd);
+}  // namespace native
+
+// The AMX tiles (flash_bf16_amx.cc): rows a multiple of 16, pairs a multiple of 16 (32 elements
+// of the reduction), cols and width multiples of 16; p's rows are bf16 (leading dim ldp elements).
+// The calling thread must have configured its tiles (amx_configure_tiles in core/cpu_info.h).
+namespace amx {
+// AMX tiles usable here, and HEADLIGHT_ISA does not restrict the targets.
+bool available();
+void qk_tile(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,
+             size_t pairs, size_t cols, float scale, float* s, size_t lds);
+void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v, size_t ldv,
+             size_t width, float* o, size_t ldo, const float* alpha);
+// The online softmax of the AMX path (flash_kernels.h's softmax_rows with SoftmaxExtras{.scale,
+// .pb} and no statistics; the same m, l [rows, 16] and α), on AVX-512 with vscalefps and
+// vcvtne2ps2bf16: about half the instructions of the portable loop.
+void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
+                  float scale, bf16* pb, size_t ldpb);
+}  // namespace amx
+
+}  // namespace headlight::attention::cpu::kernels

@@ -1,0 +1,230 @@
+// The fused forward with bf16 inputs against the reference on the same bf16 values (exact
+// attention in double): every option, odd head dims and lengths, decode, statistics,
+// probabilities, bf16 outputs, on the native path (AVX-512 BF16, where the CPU has it) and the
+// portable one (HEADLIGHT_ISA=avx3 and below).
+//
+// The bound. The kernel's only roundings beyond fp32 arithmetic are the probabilities, rounded to
+// bf16 (relative error ≤ 2⁻⁹) before P·V while the normaliser l sums them unrounded: the output
+// differs from exact attention by at most Σ_j |P̂_j − P_j|·|v_j| ≤ 2⁻⁹·max|v| plus fp32 rounding,
+// so with values in [−1, 1] every output is within 2.5·10⁻³ of the reference (a bf16 output adds
+// half an ulp of bf16, 2⁻⁹ relative). Scores, the log-sum-exp and the statistics are fp32 sums of
+// exact products: within 10⁻⁵.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "attention_test_util.h"
+#include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/attention/dispatch.h"
+#include "headlight/attention/reference.h"
+#include "headlight/core/bf16.h"
+#include "headlight/core/cpu_info.h"
+#include "headlight/core/error.h"
+
+namespace headlight::attention {
+namespace {
+
+using testing::CaseData;
+using testing::option_cases;
+using testing::OptionCase;
+using testing::Problem;
+
+constexpr double kOutTol = 2.5e-3;
+constexpr double kRowTol = 1e-5;
+
+// A random problem whose q, k, v are bf16 (the fp32 problem's values rounded), with an fp32 output
+// and, beside it, a bf16 one.
+struct Bf16Problem {
+  Problem f;  // f.q/k/v hold the bf16 values widened; f.out is the fp32 output
+  std::vector<bf16> q, k, v, out;
+
+  Bf16Problem(const AttentionShape& s, uint64_t seed) : f(s, seed) {
+    auto round = [](std::vector<float>& x, std::vector<bf16>& y) {
+      y.resize(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        y[i] = to_bf16(x[i]);
+        x[i] = to_float(y[i]);
+      }
+    };
+    round(f.q, q);
+    round(f.k, k);
+    round(f.v, v);
+    out.assign(f.out.size(), bf16{});
+  }
+
+  static Operand operand(std::vector<bf16>& x, int64_t heads, int64_t rows, int64_t dim) {
+    return Operand{.batch_stride = heads * rows * dim,
+                   .head_stride = rows * dim,
+                   .row_stride = dim,
+                   .bf16 = x.data()};
+  }
+
+  // bf16 inputs; the output fp32 (f.out) or bf16 (out).
+  AttentionParams params(const AttentionOptions& o, bool bf16_out) {
+    const AttentionShape& s = f.shape;
+    AttentionParams p = f.params(o);
+    p.probs = nullptr;
+    p.q = operand(q, s.heads, s.len_q, s.head_dim);
+    p.k = operand(k, s.kv_heads, s.len_kv, s.head_dim);
+    p.v = operand(v, s.kv_heads, s.len_kv, s.value_dim);
+    if (bf16_out) p.out = operand(out, s.heads, s.len_q, s.value_dim);
+    return p;
+  }
+};
+
+// Max |a − b| over finite entries; infinities must match exactly, NaN fails.
+double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!(d <= m)) m = d;
+  }
+  return m;
+}
+
+std::vector<float> widen(const std::vector<bf16>& x) {
+  std::vector<float> y(x.size());
+  to_float(x.data(), y.data(), x.size());
+  return y;
+}
+
+// Runs fn on the native bf16 path (when this CPU has it) and on the portable path of each target.
+template <typename Fn>
+void for_each_path(Fn&& fn) {
+  for (const char* isa : {"best", "avx3", "avx2", "scalar"}) {
+    force_isa(isa);
+    SCOPED_TRACE(::testing::Message() << "isa " << isa << " -> " << cpu::flash_target());
+    fn();
+  }
+  force_isa("best");
+}
+
+TEST(FlashBf16, MatchesTheReferenceOnTheBf16ValuesForEveryOption) {
+  for_each_path([] {
+    ThreadContext ctx(2);
+    for (const OptionCase& c : option_cases()) {
+      SCOPED_TRACE(c.name);
+      CaseData data;
+      c.setup(data);
+      Bf16Problem ref(c.shape, 31), fused(c.shape, 31);
+      AttentionParams pr = ref.params(data.options, false);
+      reference::forward(pr);
+      cpu::flash_forward(ctx, fused.params(data.options, false));
+      EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+      EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), kRowTol);
+      // A bf16 output: the fp32 result rounded once.
+      Bf16Problem half(c.shape, 31);
+      cpu::flash_forward(ctx, half.params(data.options, true));
+      const std::vector<float> h = widen(half.out);
+      for (size_t i = 0; i < h.size(); ++i)
+        ASSERT_LE(std::fabs(h[i] - ref.f.out[i]), kOutTol + std::fabs(ref.f.out[i]) / 256) << i;
+    }
+  });
+}
+
+struct Shape7 {
+  int64_t batch, heads, kv_heads, len_q, len_kv, dim, vdim;
+  bool causal;
+};
+
+TEST(FlashBf16, OddShapesDecodeAndLongRows) {
+  ThreadContext ctx(2);
+  for_each_path([&] {
+    for (Shape7 s :
+         {Shape7{1, 1, 1, 1, 1, 1, 1, false}, Shape7{2, 4, 2, 37, 19, 3, 5, true},
+          Shape7{1, 2, 1, 70, 300, 33, 17, false}, Shape7{1, 4, 1, 3, 1300, 64, 64, true},
+          Shape7{1, 2, 2, 1, 2100, 128, 128, false}, Shape7{1, 1, 1, 1100, 600, 64, 64, false},
+          Shape7{2, 2, 2, 200, 200, 128, 80, true}}) {
+      SCOPED_TRACE(::testing::Message() << "L " << s.len_q << " S " << s.len_kv << " D " << s.dim
+                                        << " Dv " << s.vdim << " G " << s.heads / s.kv_heads);
+      const AttentionShape shape{s.batch, s.heads, s.kv_heads, s.len_q, s.len_kv, s.dim, s.vdim};
+      AttentionOptions o;
+      o.causal = s.causal;
+      o.alignment = Alignment::bottom_right;
+      Bf16Problem ref(shape, 5), fused(shape, 5);
+      AttentionParams pr = ref.params(o, false);
+      reference::forward(pr);
+      AttentionParams pf = fused.params(o, false);
+      std::vector<float> ent(ref.f.lse.size()), ent_ref(ref.f.lse.size());
+      std::vector<float> mw(ref.f.lse.size()), mw_ref(ref.f.lse.size());
+      std::vector<int64_t> am(ref.f.lse.size()), am_ref(ref.f.lse.size());
+      pr.entropy = ent_ref.data(), pr.max_weight = mw_ref.data(), pr.argmax = am_ref.data();
+      pf.entropy = ent.data(), pf.max_weight = mw.data(), pf.argmax = am.data();
+      reference::forward(pr);
+      cpu::flash_forward(ctx, pf);
+      EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+      EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), kRowTol);
+      EXPECT_LE(max_diff(ent, ent_ref), 1e-4);
+      EXPECT_LE(max_diff(mw, mw_ref), kRowTol);
+      int ties = 0;  // argmax may differ only where two keys' weights are within rounding
+      for (size_t i = 0; i < am.size(); ++i) ties += am[i] != am_ref[i];
+      EXPECT_LE(ties, 1);
+    }
+  });
+}
+
+TEST(FlashBf16, ProbabilitiesFromTheFusedPath) {
+  ThreadContext ctx(2);
+  const AttentionShape shape{1, 4, 2, 45, 301, 40, 24};
+  AttentionOptions o;
+  o.causal = true;
+  Bf16Problem ref(shape, 9), fused(shape, 9);
+  AttentionParams pr = ref.params(o, false), pf = fused.params(o, false);
+  pr.probs = ref.f.probs.data();
+  pf.probs = fused.f.probs.data();
+  reference::forward(pr);
+  forward(ctx, pf, KernelChoice::fused);
+  EXPECT_LE(max_diff(fused.f.probs, ref.f.probs), kRowTol);
+  EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+}
+
+TEST(FlashBf16, BitwiseTheSameForAnyThreadCount) {
+  const AttentionShape shape{2, 4, 2, 130, 700, 64, 64};
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    ThreadContext ctx(threads);
+    Bf16Problem pb(shape, 3);
+    cpu::flash_forward(ctx, pb.params({}, false));
+    if (first.empty()) first = pb.f.out;
+    EXPECT_EQ(std::memcmp(first.data(), pb.f.out.data(), first.size() * sizeof(float)), 0)
+        << threads << " threads";
+  }
+}
+
+TEST(FlashBf16, MixedDtypesAndTheBackwardAreRefusedByName) {
+  ThreadContext ctx(1);
+  const AttentionShape shape{1, 1, 1, 4, 4, 8, 8};
+  Bf16Problem pb(shape, 1);
+  AttentionParams p = pb.params({}, false);
+  p.k = Problem::operand(pb.f.k, 1, 4, 8);  // fp32 keys with bf16 queries
+  try {
+    cpu::flash_forward(ctx, p);
+    FAIL() << "mixed dtypes accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("q, k and v must have one dtype"), std::string::npos)
+        << e.what();
+  }
+  AttentionParams f32 = pb.f.params({});
+  f32.probs = nullptr;
+  f32.out = Bf16Problem::operand(pb.out, 1, 4, 8);
+  EXPECT_THROW(cpu::flash_forward(ctx, f32), Error);
+  AttentionParams back = pb.params({}, false);
+  try {
+    backward(ctx, back);
+    FAIL() << "bf16 backward accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace headlight::attention
