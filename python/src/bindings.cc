@@ -71,9 +71,10 @@ py::tuple mha_forward(PyMultiheadAttention& self, const py::object& query, const
   o.average_attn_weights = average_attn_weights;
   o.is_causal = is_causal;
   attention::MhaOutput out;
+  const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v);  // with the GIL held
   {
     py::gil_scoped_release release;
-    out = self.module.forward(self.ctx, view_of(q), view_of(k), view_of(v), o);
+    out = self.module.forward(self.ctx, qv, kv, vv, o);
   }
   py::object weights = py::none();
   if (out.weights.defined()) weights = to_numpy(std::move(out.weights));
@@ -112,15 +113,16 @@ void bind_sdpa(py::module_& m) {
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& attn_mask, float dropout_p, bool is_causal, std::optional<double> scale,
          bool enable_gqa, uint64_t seed, const std::string& kernel) {
-        py::array q = as_float32(query, "query"), k = as_float32(key, "key");
-        py::array v = as_float32(value, "value"), mask_keep;
+        py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
+        py::array v = as_attention_input(value, "value"), mask_keep;
         SdpaOptions o = sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa,
                                      seed, kernel);
         Tensor out;
+        const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v);  // with the GIL held
         {
           py::gil_scoped_release release;
           ThreadContext ctx;
-          out = attention::scaled_dot_product_attention(ctx, view_of(q), view_of(k), view_of(v), o);
+          out = attention::scaled_dot_product_attention(ctx, qv, kv, vv, o);
         }
         return to_numpy(std::move(out));
       },
@@ -128,24 +130,26 @@ void bind_sdpa(py::module_& m) {
       py::arg("dropout_p") = 0.0f, py::arg("is_causal") = false, py::arg("scale") = py::none(),
       py::arg("enable_gqa") = false, py::kw_only(), py::arg("seed") = 0,
       py::arg("kernel") = "automatic",
-      "PyTorch's scaled_dot_product_attention semantics; a row with no allowed key gives zeros.");
+      "PyTorch's scaled_dot_product_attention semantics; a row with no allowed key gives zeros. "
+      "float32 or ml_dtypes.bfloat16 arrays (all three of one dtype; the output has it).");
 
   m.def(
       "scaled_dot_product_attention_backward",
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& grad_output, const py::object& attn_mask, bool is_causal,
          std::optional<double> scale, bool enable_gqa, const std::string& kernel) {
-        py::array q = as_float32(query, "query"), k = as_float32(key, "key");
-        py::array v = as_float32(value, "value"), go = as_float32(grad_output, "grad_output");
+        py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
+        py::array v = as_attention_input(value, "value");
+        py::array go = as_attention_input(grad_output, "grad_output");
         py::array mask_keep;
         SdpaOptions o =
             sdpa_options(attn_mask, mask_keep, 0.0f, is_causal, scale, enable_gqa, 0, kernel);
         attention::SdpaGrads g;
+        const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v), gv = view_of(go);
         {
           py::gil_scoped_release release;
           ThreadContext ctx;
-          g = attention::scaled_dot_product_attention_backward(ctx, view_of(q), view_of(k),
-                                                               view_of(v), view_of(go), o);
+          g = attention::scaled_dot_product_attention_backward(ctx, qv, kv, vv, gv, o);
         }
         return py::make_tuple(to_numpy(std::move(g.query)), to_numpy(std::move(g.key)),
                               to_numpy(std::move(g.value)));
@@ -242,9 +246,10 @@ void bind_multihead_attention(py::module_& m) {
           [](PyMultiheadAttention& s, const py::object& grad_output) {
             py::array go = as_float32(grad_output, "grad_output");
             attention::MhaInputGrads g;
+            const TensorView gv = view_of(go);  // with the GIL held
             {
               py::gil_scoped_release release;
-              g = s.module.backward(s.ctx, view_of(go));
+              g = s.module.backward(s.ctx, gv);
             }
             return py::make_tuple(to_numpy(std::move(g.query)), to_numpy(std::move(g.key)),
                                   to_numpy(std::move(g.value)));

@@ -23,11 +23,21 @@ py::array as_float32(const py::handle& obj, const char* what) {
   py::array array = ensure_array(obj, what);
   if (array.dtype().equal(py::dtype::of<float>())) return array;
   const char kind = array.dtype().kind();
-  if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b') {
+  if (kind != 'f' && kind != 'i' && kind != 'u' && kind != 'b' && !is_bfloat16(array)) {
     throw Error(std::string(what) + ": expected a real-valued array, got dtype " +
                 std::string(py::str(array.dtype())));
   }
   return array.attr("astype")("float32");
+}
+
+bool is_bfloat16(const py::array& array) {
+  return array.dtype().kind() == 'V' && array.itemsize() == 2 &&
+         std::string(py::str(array.dtype())) == "bfloat16";
+}
+
+py::array as_attention_input(const py::handle& obj, const char* what) {
+  py::array array = ensure_array(obj, what);
+  return is_bfloat16(array) ? array : as_float32(array, what);
 }
 
 py::array as_mask(const py::handle& obj, const char* what) {
@@ -37,7 +47,9 @@ py::array as_mask(const py::handle& obj, const char* what) {
 }
 
 TensorView view_of(const py::array& array) {
-  const DType dtype = array.dtype().kind() == 'b' ? DType::boolean : DType::f32;
+  const DType dtype = array.dtype().kind() == 'b' ? DType::boolean
+                      : is_bfloat16(array)        ? DType::bf16
+                                                  : DType::f32;
   const auto itemsize = static_cast<int64_t>(array.itemsize());
   Shape shape(static_cast<size_t>(array.ndim())), strides(shape.size());
   for (size_t i = 0; i < shape.size(); ++i) {
@@ -55,6 +67,11 @@ py::array to_numpy(Tensor&& tensor) {
   std::vector<py::ssize_t> shape(owned->shape().begin(), owned->shape().end());
   if (owned->dtype() == DType::boolean) {
     return py::array_t<bool>(shape, owned->data<bool>(), free_when_done);
+  }
+  if (owned->dtype() == DType::bf16) {
+    const py::dtype bfloat16 =
+        py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
+    return py::array(bfloat16, shape, owned->data<std::byte>(), free_when_done);
   }
   return py::array_t<float>(shape, owned->data<float>(), free_when_done);
 }

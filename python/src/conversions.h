@@ -17,13 +17,19 @@ namespace py = pybind11;
 // An array holding `obj` as float32 (converted when it has another dtype); throws ValueError
 // naming `what` when `obj` is not array-like.
 py::array as_float32(const py::handle& obj, const char* what);
+// Whether `array` holds ml_dtypes.bfloat16 elements.
+bool is_bfloat16(const py::array& array);
+// An attention input: a bfloat16 array as it is, anything else as as_float32.
+py::array as_attention_input(const py::handle& obj, const char* what);
 // A mask array: bool arrays stay bool, anything else becomes float32.
 py::array as_mask(const py::handle& obj, const char* what);
 
-// A view of an array produced by as_float32/as_mask (it must outlive the view).
+// A view of an array produced by as_float32/as_mask/as_attention_input (it must outlive the
+// view): float32, bool or bfloat16. Needs the GIL (it reads the dtype's name).
 TensorView view_of(const py::array& array);
 
-// Moves `tensor` into a numpy array that owns it.
+// Moves `tensor` into a numpy array that owns it (bfloat16 tensors become ml_dtypes.bfloat16
+// arrays).
 py::array to_numpy(Tensor&& tensor);
 // A numpy copy of `data` with `shape` (contiguous float32).
 py::array_t<float> copy_to_numpy(const float* data, const Shape& shape);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "headlight/core/bf16.h"
+
 namespace headlight::attention {
 namespace {
 
@@ -38,10 +40,12 @@ Operand operand_of(const TensorView& v, int64_t nb, std::vector<Tensor>& keep) {
     keep.push_back(contiguous_copy(v));
     return operand_of(keep.back().view(), nb, keep);
   }
-  return Operand{.data = v.data_as<float>(),
-                 .batch_stride = *bs,
-                 .head_stride = v.stride(-3),
-                 .row_stride = v.stride(-2)};
+  Operand o{.batch_stride = *bs, .head_stride = v.stride(-3), .row_stride = v.stride(-2)};
+  if (v.dtype() == DType::bf16)
+    o.bf16 = v.data_as<bf16>();
+  else
+    o.data = v.data_as<float>();
+  return o;
 }
 
 std::string shapes_of(const TensorView& q, const TensorView& k, const TensorView& v) {
@@ -64,8 +68,11 @@ std::pair<int64_t, int64_t> check_heads(const TensorView& q, const TensorView& k
   const char* names[3] = {"query", "key", "value"};
   const TensorView* views[3] = {&q, &k, &v};
   for (int t = 0; t < 3; ++t) {
-    check(views[t]->dtype() == DType::f32, "{}: dtype must be float32, got {}", names[t],
-          dtype_name(views[t]->dtype()));
+    check(views[t]->dtype() == DType::f32 || views[t]->dtype() == DType::bf16,
+          "{}: dtype must be float32 or bfloat16, got {}", names[t], dtype_name(views[t]->dtype()));
+    check(views[t]->dtype() == q.dtype(),
+          "{}: dtype {} differs from query's {} (query, key and value must have one dtype)",
+          names[t], dtype_name(views[t]->dtype()), dtype_name(q.dtype()));
     check(views[t]->dim() >= 2, "{}: expected at least 2 dims (..., length, dim), got shape {}",
           names[t], shape_string(views[t]->shape()));
   }
@@ -90,8 +97,15 @@ std::pair<int64_t, int64_t> check_heads(const TensorView& q, const TensorView& k
 // when its batch dims cannot be one stride.
 MaskOperand mask_operand(const TensorView& m, const Shape& want, int64_t nb,
                          std::vector<Tensor>& keep) {
-  check(m.dtype() == DType::boolean || m.dtype() == DType::f32,
-        "attn_mask: dtype must be bool or float32, got {}", dtype_name(m.dtype()));
+  check(m.dtype() == DType::boolean || m.dtype() == DType::f32 || m.dtype() == DType::bf16,
+        "attn_mask: dtype must be bool, float32 or bfloat16, got {}", dtype_name(m.dtype()));
+  if (m.dtype() == DType::bf16) {  // added to fp32 scores: widened once (exactly)
+    const Tensor packed = contiguous_copy(m);
+    Tensor wide(DType::f32, packed.shape());
+    to_float(packed.data<bf16>(), wide.data(), static_cast<size_t>(packed.numel()));
+    keep.push_back(std::move(wide));
+    return mask_operand(keep.back().view(), want, nb, keep);
+  }
   check(m.dim() <= static_cast<int64_t>(want.size()),
         "attn_mask: shape {} does not broadcast to (batch..., heads, L, S) = {}",
         shape_string(m.shape()), shape_string(want));
@@ -177,12 +191,15 @@ Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
                                     const TensorView& key, const TensorView& value,
                                     const SdpaOptions& options) {
   Prepared r = prepare(query, key, value, options);
-  Tensor out(DType::f32, r.out_shape);
+  Tensor out(query.dtype(), r.out_shape);  // PyTorch's: the inputs' dtype
   const AttentionShape& s = r.params.shape;
-  r.params.out = Operand{.data = out.data(),
-                         .batch_stride = s.heads * s.len_q * s.value_dim,
+  r.params.out = Operand{.batch_stride = s.heads * s.len_q * s.value_dim,
                          .head_stride = s.len_q * s.value_dim,
                          .row_stride = s.value_dim};
+  if (out.dtype() == DType::bf16)
+    r.params.out.bf16 = out.data<bf16>();
+  else
+    r.params.out.data = out.data();
   forward(ctx, r.params, options.kernel);
   return out;
 }
@@ -191,6 +208,8 @@ SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const Tensor
                                                 const TensorView& key, const TensorView& value,
                                                 const TensorView& grad_output,
                                                 const SdpaOptions& options) {
+  check(query.dtype() != DType::bf16,
+        "query: the backward of bfloat16 attention is not supported yet (the forward is)");
   Prepared r = prepare(query, key, value, options);
   check(grad_output.dtype() == DType::f32, "grad_output: dtype must be float32, got {}",
         dtype_name(grad_output.dtype()));

@@ -7,6 +7,10 @@
 // attn_mask broadcasts to (..., L, S): bool is True where attention is allowed, float is added.
 // is_causal is the top-left aligned lower triangle. The one deliberate difference from PyTorch:
 // a query row with no allowed key outputs zeros, not NaN.
+//
+// Query, key and value are all float32 or all bfloat16; the output has their dtype. bfloat16
+// attention computes in fp32 with the probabilities rounded to bf16 for P·V (docs/design.md); a
+// float mask may be float32 or bfloat16. The backward takes float32 only, for now.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +24,7 @@
 namespace headlight::attention {
 
 struct SdpaOptions {
-  TensorView attn_mask{};  // empty view: no mask; bool or float32
+  TensorView attn_mask{};  // empty view: no mask; bool, float32 or bfloat16
   float dropout_p = 0.0f;
   uint64_t dropout_seed = 0;
   bool is_causal = false;

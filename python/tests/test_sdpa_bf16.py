@@ -1,0 +1,139 @@
+"""bfloat16 attention: ml_dtypes.bfloat16 arrays in and out of headlight.scaled_dot_product_attention,
+and FlashAttention's accuracy rule against a plain bf16 implementation.
+
+The rule (Dao et al., 2022): on the same bf16 inputs, the error of headlight's bf16 kernel against
+exact attention (float64 on the bf16 values) is at most twice the error of a plain bf16
+implementation: torch's ops in bfloat16 (Q·Kᵀ, softmax and P·V each rounded to bf16, as
+torch.nn.functional.scaled_dot_product_attention's math backend computes a bf16 call). Swept over
+lengths, head dims (odd ones too), grouped-query heads, causal masks, bool and float masks, scales
+and magnitudes of the scores."""
+
+import itertools
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import headlight
+
+BF16 = ml_dtypes.bfloat16
+
+
+def bf16_inputs(rng, shape_q, shape_kv, shape_v, magnitude):
+    q = (rng.standard_normal(shape_q) * magnitude).astype(BF16)
+    k = (rng.standard_normal(shape_kv) * magnitude).astype(BF16)
+    v = rng.standard_normal(shape_v).astype(BF16)
+    return q, k, v
+
+
+def torch_of(x, dtype):
+    return torch.from_numpy(np.asarray(x).astype(np.float32)).to(dtype)
+
+
+def exact(q, k, v, mask, causal, scale, gqa):
+    """float64 attention of the bf16 values (PyTorch's math, a row with no allowed key gives 0)."""
+    args = [torch_of(x, torch.float64) for x in (q, k, v)]
+    m = None if mask is None else (torch.from_numpy(mask) if mask.dtype == bool else torch_of(mask, torch.float64))
+    out = F.scaled_dot_product_attention(*args, attn_mask=m, is_causal=causal, scale=scale, enable_gqa=gqa)
+    return torch.nan_to_num(out, nan=0.0).numpy()
+
+
+def plain_bf16(q, k, v, mask, causal, scale, gqa):
+    """Standard attention with every op in bfloat16."""
+    qt, kt, vt = (torch_of(x, torch.bfloat16) for x in (q, k, v))
+    if gqa and kt.shape[-3] != qt.shape[-3]:
+        rep = qt.shape[-3] // kt.shape[-3]
+        kt, vt = kt.repeat_interleave(rep, -3), vt.repeat_interleave(rep, -3)
+    s = (qt @ kt.transpose(-1, -2)) * (scale if scale is not None else qt.shape[-1] ** -0.5)
+    L, S = s.shape[-2], s.shape[-1]
+    if causal:
+        s = s.masked_fill(~torch.ones(L, S, dtype=torch.bool).tril(), float("-inf"))
+    if mask is not None:
+        s = s.masked_fill(~torch.from_numpy(mask), float("-inf")) if mask.dtype == bool else s + torch_of(mask, torch.bfloat16)
+    return torch.nan_to_num(torch.softmax(s, dim=-1) @ vt, nan=0.0).float().numpy()
+
+
+RATIOS = []  # ours / plain, for a summary when run with -s
+
+
+def err(out, ref):
+    return float(np.max(np.abs(np.asarray(out, dtype=np.float64) - ref)))
+
+
+CASES = list(itertools.product(
+    [(1, 64), (37, 200), (128, 128), (300, 513)],  # (L, S)
+    [16, 33, 64, 128],                              # head dim
+    ["none", "causal", "bool", "float"],
+    [1.0, 3.0],                                     # score magnitude
+))
+
+
+@pytest.mark.parametrize("ls,dim,mask_kind,magnitude", CASES)
+def test_bf16_error_is_at_most_twice_a_plain_bf16_implementation(ls, dim, mask_kind, magnitude):
+    rng = np.random.default_rng([ls[0], ls[1], dim, ["none", "causal", "bool", "float"].index(mask_kind), int(magnitude)])
+    L, S = ls
+    gqa = dim in (33, 128)  # 4 query heads sharing 2 (or 4) key/value heads
+    hq, hkv = 4, (2 if gqa else 4)
+    q, k, v = bf16_inputs(rng, (2, hq, L, dim), (2, hkv, S, dim), (2, hkv, S, dim), magnitude)
+    causal = mask_kind == "causal"
+    mask = None
+    if mask_kind == "bool":
+        mask = rng.random((L, S)) < 0.8
+    elif mask_kind == "float":
+        mask = rng.standard_normal((2, 1, L, S)).astype(np.float32)
+    scale = None if dim != 64 else 0.1
+    out = headlight.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                                 enable_gqa=gqa)
+    assert out.dtype == BF16 and out.shape == (2, hq, L, dim)
+    ref = exact(q, k, v, mask, causal, scale, gqa)
+    ours, theirs = err(out, ref), err(plain_bf16(q, k, v, mask, causal, scale, gqa), ref)
+    if theirs > 0:
+        RATIOS.append(ours / theirs)
+    assert ours <= 2 * theirs, (ours, theirs)
+
+
+def test_bf16_output_rounds_the_fp32_kernel_and_matches_the_reference_kernel():
+    rng = np.random.default_rng(5)
+    q, k, v = bf16_inputs(rng, (1, 2, 70, 40), (1, 2, 90, 40), (1, 2, 90, 24), 2.0)
+    fused = headlight.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref = headlight.scaled_dot_product_attention(q, k, v, is_causal=True, kernel="reference")
+    assert fused.dtype == BF16 and ref.dtype == BF16
+    exact_out = exact(q, k, v, None, True, None, False)
+    # The reference kernel is exact attention rounded once to bf16: within half a bf16 ulp.
+    assert np.all(np.abs(ref.astype(np.float64) - exact_out) <= np.abs(exact_out) * 2.0**-8 + 1e-30)
+    # The fused kernel rounds its probabilities to bf16 too: within 2⁻⁹·max|v| more.
+    bound = np.abs(exact_out) * 2.0**-8 + 2.0**-9 * float(np.max(np.abs(v.astype(np.float32))))
+    assert np.all(np.abs(fused.astype(np.float64) - exact_out) <= bound + 1e-6)
+
+
+def test_bf16_views_and_float32_masks_are_read_in_place():
+    rng = np.random.default_rng(7)
+    qkv = rng.standard_normal((3, 2, 4, 50, 32)).astype(BF16)  # packed q, k, v
+    q, k, v = qkv[0], qkv[1], qkv[2]
+    mask = rng.standard_normal((50, 50)).astype(np.float32)
+    contiguous = [np.ascontiguousarray(x) for x in (q, k, v)]
+    out = headlight.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    again = headlight.scaled_dot_product_attention(*contiguous, attn_mask=mask)
+    assert np.array_equal(out.view(np.uint16), again.view(np.uint16))
+    # a bfloat16 mask is widened exactly
+    rounded = mask.astype(BF16)
+    with_bf16_mask = headlight.scaled_dot_product_attention(q, k, v, attn_mask=rounded)
+    widened = headlight.scaled_dot_product_attention(*contiguous, attn_mask=rounded.astype(np.float32))
+    assert np.array_equal(with_bf16_mask.view(np.uint16), widened.view(np.uint16))
+
+
+def test_mixed_dtypes_and_the_bf16_backward_are_refused_by_name():
+    rng = np.random.default_rng(1)
+    q, k, v = bf16_inputs(rng, (1, 8, 16), (1, 8, 16), (1, 8, 16), 1.0)
+    with pytest.raises(ValueError, match="key: dtype float32 differs from query's bfloat16"):
+        headlight.scaled_dot_product_attention(q, k.astype(np.float32), v)
+    with pytest.raises(ValueError, match="bfloat16 attention is not supported yet"):
+        headlight.scaled_dot_product_attention_backward(q, k, v, v)
+
+
+def teardown_module():
+    if RATIOS:
+        r = np.array(RATIOS)
+        print(f"\nbf16 error / plain bf16 error over {r.size} cases: median {np.median(r):.3f}, max {r.max():.3f}")
