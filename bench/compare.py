@@ -2,6 +2,7 @@
 """Attention forward throughput of headlight and its peers on the same shapes, in one run.
 
     .venv/bin/python bench/compare.py [--threads 2] [--runs 5] [--rounds 3] [--shapes 512x64,2048x64,2048x128]
+    .venv/bin/python bench/compare.py --dtype bf16 [...]
 
 Rows: headlight's fused kernel and its unfused path (oneDNN products + softmax), measured by
 `headlight bench attention`; PyTorch's scaled_dot_product_attention (its CPU flash kernel) and
@@ -10,6 +11,11 @@ only the attention FLOPs are counted, so its figure understates its attention ke
 ONNX Runtime's MultiHeadAttention when `onnxruntime` and
 `onnx` are installed. GFLOP/s use 4·B·H·N²·D (halved when causal); the FMA peak is measured by
 `headlight bench peak` in the same run. Prints a Markdown table.
+
+With --dtype bf16 the rows are headlight's fused kernel in bf16 and in fp32, and PyTorch's SDPA in
+bf16 and in fp32 (q, k, v of that dtype); fractions are of the bf16 peak (`headlight bench peak
+--dtype bf16`: AMX tiles where the CPU has them, else vdpbf16ps, else the FMA peak), measured in
+the same run, and the FMA peak is printed beside it.
 """
 
 import argparse
@@ -44,9 +50,9 @@ def median_seconds(fn, runs, warmup=1):
     return statistics.median(times)
 
 
-def torch_sdpa(B, H, N, D, causal, runs):
+def torch_sdpa(B, H, N, D, causal, runs, dtype=torch.float32):
     g = torch.Generator().manual_seed(0)
-    q, k, v = (torch.rand(B, H, N, D, generator=g) * 2 - 1 for _ in range(3))
+    q, k, v = ((torch.rand(B, H, N, D, generator=g) * 2 - 1).to(dtype) for _ in range(3))
     with torch.no_grad():
         return median_seconds(lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=causal), runs)
@@ -93,17 +99,26 @@ def main():
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--shapes", default="512x64,2048x64,2048x128",
-                    help="comma-separated NxD; append c for causal, e.g. 2048x64c")
+                    help="comma-separated NxD; append c for causal, e.g. 2048x64c; h<H> sets the heads "
+                         "of one shape, e.g. 8192x64h1")
+    ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     args = ap.parse_args()
+    bf16 = args.dtype == "bf16"
     if not CLI.exists():
         sys.exit(f"{CLI} not found: run `make` first")
     torch.set_num_threads(args.threads)
     B, H, T = args.batch, args.heads, args.threads
     # The peak is probed before and after the table (best of 7 repeats each) and the larger is
     # used: on a shared 2-vCPU machine one probe can land while the other vCPU is busy.
-    peaks = [cli_json("bench", "peak", "--threads", str(T))["peak_gflops"]]
+    peak_args = ["bench", "peak", "--threads", str(T), "--dtype", args.dtype]
+    peaks = [cli_json(*peak_args)["peak_gflops"]]
+    fma_peaks = [cli_json("bench", "peak", "--threads", str(T))["peak_gflops"]] if bf16 else peaks
     lines = []
     for spec in args.shapes.split(","):
+        H = args.heads
+        if "h" in spec:
+            spec, heads = spec.split("h")
+            H = int(heads)
         causal = spec.endswith("c")
         N, D = (int(x) for x in spec.rstrip("c").split("x"))
         flops = 4.0 * B * H * N * N * D / (2 if causal else 1)
@@ -112,6 +127,11 @@ def main():
         if causal:
             common.append("--causal")
         measure = {
+            "headlight fused bf16": lambda: cli_json(*common, "--dtype", "bf16")["seconds_median"],
+            "headlight fused fp32": lambda: cli_json(*common)["seconds_median"],
+            "PyTorch SDPA bf16": lambda: torch_sdpa(B, H, N, D, causal, args.runs, torch.bfloat16),
+            "PyTorch SDPA fp32": lambda: torch_sdpa(B, H, N, D, causal, args.runs),
+        } if bf16 else {
             "headlight fused": lambda: cli_json(*common)["seconds_median"],
             "headlight unfused (oneDNN + softmax)":
                 lambda: cli_json(*common, "--kernel", "unfused")["seconds_median"],
@@ -130,11 +150,15 @@ def main():
         label = f"N={N}, D={D}{' causal' if causal else ''}"
         for name, sec in rows:
             lines.append((label, name, sec, None if sec is None else flops / sec * 1e-9, sec and sec / fused))
-    peaks.append(cli_json("bench", "peak", "--threads", str(T))["peak_gflops"])
+    peaks.append(cli_json(*peak_args)["peak_gflops"])
     peak = max(peaks)
-    print(f"FP32 FMA peak measured in this run: {peak:.1f} GFLOP/s on {T} threads (probes: "
-          f"{', '.join(f'{p:.1f}' for p in peaks)}); torch {torch.__version__}; B={B}, H={H}; "
-          f"median over {args.rounds} interleaved rounds of the median of {args.runs} runs\n")
+    kind = "bf16 (" + cli_json(*peak_args)["simd_target"] + ")" if bf16 else "FP32 FMA"
+    print(f"{kind} peak measured in this run: {peak:.1f} GFLOP/s on {T} threads (probes: "
+          f"{', '.join(f'{p:.1f}' for p in peaks)}); torch {torch.__version__}; B={B}, H={args.heads} "
+          f"unless the shape says; median over {args.rounds} interleaved rounds of the median of "
+          f"{args.runs} runs\n")
+    if bf16:
+        print(f"FP32 FMA peak in the same run: {max(fma_peaks):.1f} GFLOP/s\n")
     print("| shape | implementation | ms | GFLOP/s | fraction of peak | headlight fused ÷ this |")
     print("|---|---|---:|---:|---:|---:|")
     for label, name, sec, gflops, ratio in lines:

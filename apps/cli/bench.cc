@@ -117,6 +117,58 @@ void add_bench_matmul(CLI::App& bench) {
 
 }  // namespace
 
+void add_bench_showcase(CLI::App& bench) {
+  auto c = std::make_shared<bench::ShowcaseConfig>();
+  auto json = std::make_shared<bool>(false);
+  auto* cmd = bench.add_subcommand(
+      "showcase",
+      "Exact causal attention over 1,048,576 tokens (one head, bf16), checked against the "
+      "float64 reference on sampled rows");
+  positive(cmd->add_option("--seq", c->seq, "Sequence length")->capture_default_str());
+  positive(cmd->add_option("--head-dim", c->head_dim, "Head dimension")->capture_default_str());
+  positive(cmd->add_option("--sample-rows", c->sample_rows, "Rows checked against the reference")
+               ->capture_default_str());
+  add_threads_option(cmd, c->threads, c->threads);
+  cmd->add_flag("--json", *json, "Machine-readable output");
+  cmd->callback([c, json] {
+    const bench::ShowcaseReport r = bench::run_showcase(*c);
+    if (*json) {
+      fmt::print("{}\n", nlohmann::json{{"seq", c->seq},
+                                        {"head_dim", c->head_dim},
+                                        {"threads", c->threads},
+                                        {"dtype", "bf16"},
+                                        {"causal", true},
+                                        {"engine", r.engine},
+                                        {"seconds", r.seconds},
+                                        {"flops", r.flops},
+                                        {"gflops", r.gflops},
+                                        {"peak_gflops", r.peak.gflops},
+                                        {"peak_target", r.peak.target},
+                                        {"fraction_of_peak", r.fraction_of_peak},
+                                        {"io_bytes", r.io_bytes},
+                                        {"extra_peak_bytes", r.extra_peak_bytes},
+                                        {"sample_rows", c->sample_rows},
+                                        {"max_error", r.max_error},
+                                        {"error_bound", r.error_bound},
+                                        {"within_bound", r.within_bound}}
+                             .dump(2));
+    } else {
+      fmt::print(
+          "exact causal attention, {} tokens, one head, D={}, bf16 ({}) on {} thread(s): "
+          "{:.1f} s, {:.3g} FLOP at {:.1f} GFLOP/s = {:.1f}% of the bf16 peak {:.1f} GFLOP/s "
+          "({}) measured in this run\n"
+          "  memory: inputs and output {:.0f} MiB, {:.0f} MiB more at the peak\n"
+          "  {} sampled rows against the float64 reference: max error {:.3g} (bound {:.3g}): {}\n",
+          c->seq, c->head_dim, r.engine, c->threads, r.seconds, r.flops, r.gflops,
+          100 * r.fraction_of_peak, r.peak.gflops, r.peak.target, r.io_bytes / (1 << 20),
+          r.extra_peak_bytes / (1 << 20), c->sample_rows, r.max_error, r.error_bound,
+          r.within_bound ? "within" : "OUTSIDE the bound");
+    }
+    if (!r.within_bound)
+      throw Error("showcase: the output differs from the reference beyond the bound");
+  });
+}
+
 void add_bench(CLI::App& app) {
   auto* bench =
       app.add_subcommand("bench", "Benchmarks, reported as a fraction of this machine's peak");
@@ -125,6 +177,7 @@ void add_bench(CLI::App& app) {
   add_bench_attention(*bench);
   add_bench_bandwidth(*bench);
   add_bench_matmul(*bench);
+  add_bench_showcase(*bench);
 }
 
 void add_bench_attention(CLI::App& bench) {

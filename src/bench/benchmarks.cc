@@ -25,6 +25,7 @@
 #include "headlight/core/timing.h"
 #include "headlight/ops/elementwise.h"
 #include "headlight/ops/matmul.h"
+#include "src/bench/resident.h"
 
 namespace headlight::bench {
 PeakReport measure_peak(int threads, int repeats, DType dtype) {
@@ -77,23 +78,6 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
 }
 
 namespace {
-
-// A field of /proc/self/status in bytes ("VmRSS": resident now, "VmHWM": peak resident), 0 when
-// it cannot be read.
-double resident_bytes(const char* field) {
-  std::ifstream status("/proc/self/status");
-  const std::string prefix = std::string(field) + ":";
-  for (std::string line; std::getline(status, line);)
-    if (line.rfind(prefix, 0) == 0) return std::stod(line.substr(prefix.size())) * 1024.0;
-  return 0;
-}
-
-// Resets VmHWM to the current resident set (Linux: writing 5 to clear_refs), so that the peak
-// measured afterwards belongs to the timed runs.
-void reset_peak_resident() {
-  std::ofstream clear("/proc/self/clear_refs");
-  clear << "5";
-}
 
 // The unfused peer: (batch, head) pairs spread over the threads; each runs, per 256-row query
 // block, S = scale·Q·Kᵀ (oneDNN, one thread), −inf above the diagonal when causal, the SIMD row

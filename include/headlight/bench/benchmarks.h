@@ -92,4 +92,31 @@ struct AttentionBenchReport {
 
 AttentionBenchReport bench_attention(const AttentionBenchConfig& config);
 
+// The showcase: exact causal attention over a very long sequence, one head, in bf16, with its
+// output checked against the float64 reference on sampled rows.
+struct ShowcaseConfig {
+  int64_t seq = int64_t{1} << 20;
+  int64_t head_dim = 64;
+  int64_t sample_rows = 16;  // checked rows: the first, the last, and evenly spaced between
+  int threads = 2;
+  uint64_t seed = 1;
+};
+
+struct ShowcaseReport {
+  ShowcaseConfig config;
+  double seconds = 0;  // one run (minutes long: one run, not a median)
+  double flops = 0;    // 2·N²·D (causal: half of 4·N²·D)
+  double gflops = 0;
+  PeakReport peak;  // bf16, measured in the same run
+  double fraction_of_peak = 0;
+  std::string engine;   // the bf16 product engine ("amx", "avx512_bf16", "fma")
+  double io_bytes = 0;  // q, k, v and the output
+  double extra_peak_bytes = 0;
+  double max_error = 0;    // max |kernel − reference| over the sampled rows (bf16 output)
+  double error_bound = 0;  // 2⁻⁸·|reference| + 2⁻⁹·max|v| at the worst element
+  bool within_bound = false;
+};
+
+ShowcaseReport run_showcase(const ShowcaseConfig& config);
+
 }  // namespace headlight::bench

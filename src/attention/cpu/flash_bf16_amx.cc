@@ -139,10 +139,13 @@ HEADLIGHT_AMX_TARGET inline __m512 Exp2(__m512 t) {
 HEADLIGHT_AMX_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
                                        float* l, float* alpha, float scale, bf16* pb, size_t ldpb) {
   constexpr float kLog2e = 1.44269504088896341f;
+  constexpr size_t kMaxRows = 256;
   const float ninf = -__builtin_inff(), qnan = __builtin_nanf("");
+  alignas(64) float tile_max[kMaxRows + 16], m_new[kMaxRows + 16];
+  // A: per row, the tile maximum (scaled) and whether a NaN is present (one unordered compare
+  // checks two vectors).
   for (size_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
-    // The tile maximum and whether a NaN is present (unordered compare of two vectors at once).
     __m512 vmax0 = _mm512_set1_ps(ninf), vmax1 = vmax0;
     __mmask16 nan = 0;
     size_t c = 0;
@@ -157,20 +160,37 @@ HEADLIGHT_AMX_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_
       vmax0 = _mm512_max_ps(vmax0, x);
       nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     }
-    const float tile_max = nan ? qnan : _mm512_reduce_max_ps(_mm512_max_ps(vmax0, vmax1)) * scale;
-    // The running maximum and the rescale factor, with the products rounded as below.
-    const float mo = m[r];
-    const bool is_nan = tile_max != tile_max || mo != mo;
-    const float mn = is_nan ? qnan : (tile_max > mo ? tile_max : mo);
-    const float al = is_nan ? qnan : mn == ninf ? 1.0f : __builtin_exp2f(mo * kLog2e - mn * kLog2e);
-    m[r] = mn;
-    alpha[r] = al;
-    // P = 2^(s·scale·log2 e − m'·log2 e), its running sum per lane, and P rounded to bf16.
-    const __m512 vc = _mm512_set1_ps(scale * kLog2e), vml = _mm512_set1_ps(mn * kLog2e);
+    tile_max[r] = nan ? qnan : _mm512_reduce_max_ps(_mm512_max_ps(vmax0, vmax1)) * scale;
+  }
+  // B: 16 rows at a time, the new maxima and α = 2^(m·log2 e − m'·log2 e) (the products rounded
+  // as in C); a NaN in either makes both NaN, and α = 1 while no key is allowed.
+  for (size_t r = rows; r < (rows + 15) / 16 * 16; ++r) tile_max[r] = ninf;
+  const __m512 l2e = _mm512_set1_ps(kLog2e), vninf = _mm512_set1_ps(ninf);
+  for (size_t r = 0; r < rows; r += 16) {
+    const __mmask16 valid =
+        rows - r >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (rows - r)) - 1);
+    const __m512 mo = _mm512_mask_loadu_ps(vninf, valid, m + r);
+    const __m512 tm = _mm512_load_ps(tile_max + r);
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(mo, tm, _CMP_UNORD_Q);
+    const __m512 mn = _mm512_mask_blend_ps(is_nan, _mm512_max_ps(mo, tm), _mm512_set1_ps(qnan));
+    __m512 al = Exp2(_mm512_sub_ps(_mm512_mul_ps(mo, l2e), _mm512_mul_ps(mn, l2e)));
+    al = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, vninf, _CMP_EQ_OQ), al, _mm512_set1_ps(1.0f));
+    al = _mm512_mask_blend_ps(is_nan, al, _mm512_set1_ps(qnan));
+    _mm512_mask_storeu_ps(m + r, valid, mn);
+    _mm512_mask_storeu_ps(alpha + r, valid, al);
+    _mm512_store_ps(m_new + r, mn);
+  }
+  // C: P = 2^(s·scale·log2 e − m'·log2 e), its running sum per lane, and P rounded to bf16.
+  const __m512 vc = _mm512_set1_ps(scale * kLog2e);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = s + r * lds;
+    const float mn = m_new[r];
+    const __m512 vml = _mm512_set1_ps(mn * kLog2e);
     const bool none = mn == ninf;  // no allowed key yet: P = 0
     auto* out = reinterpret_cast<char*>(pb + r * ldpb);
     __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
-    for (c = 0; c + 32 <= cols; c += 32) {
+    size_t c = 0;
+    for (; c + 32 <= cols; c += 32) {
       __m512 p0 = _mm512_setzero_ps(), p1 = p0;
       if (!none) {
         p0 = Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
@@ -187,8 +207,8 @@ HEADLIGHT_AMX_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), (__m256i)_mm512_cvtneps_pbh(p0));
     }
     float* lr = l + r * 16;
-    _mm512_storeu_ps(
-        lr, _mm512_fmadd_ps(_mm512_set1_ps(al), _mm512_loadu_ps(lr), _mm512_add_ps(sum0, sum1)));
+    _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr),
+                                         _mm512_add_ps(sum0, sum1)));
   }
 }
 

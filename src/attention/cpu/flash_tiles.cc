@@ -207,7 +207,13 @@ Plan make_plan(const AttentionParams& p) {
   const AttentionOptions& o = p.options;
   const bool banded = o.causal || o.window_left >= 0 || o.window_right >= 0;
   plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);
-  if (plan.amx) plan.br = round_up(plan.br, 16);
+  // AMX: whole 16-row tiles; 64 rows (two 2 × 2 tile blocks) without a band, 48 with one (its
+  // diagonal tiles waste less).
+  if (plan.amx)
+    plan.br = std::min<int64_t>(sh.len_kv >= kLongKeys ? 256
+                                : banded               ? 48
+                                                       : 64,
+                                round_up(sh.len_q, 16));
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
   const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
   plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);

@@ -21,6 +21,9 @@ namespace headlight::attention::cpu {
 constexpr int64_t kBlockRows = 48;
 constexpr int64_t kBlockRowsLong = 144;
 constexpr int64_t kLongRows = 1024;
+// AMX: from this many keys up, 256 query rows per item, so that each key tile read from memory
+// serves more rows (K and V no longer fit in the caches; the causal diagonal waste is negligible).
+constexpr int64_t kLongKeys = 16384;
 // Bc: keys per tile. 256 rather than 128: fewer tiles per row halve the per-tile costs (the
 // softmax's rescale pass, loading and storing the output accumulators in PvTile).
 constexpr int64_t kBlockKeys = 256;
