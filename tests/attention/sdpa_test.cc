@@ -117,10 +117,9 @@ TEST(Sdpa, BadInputNamesTheArgumentAndShapes) {
   o.attn_mask = mask.view();
   expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); },
                {"attn_mask", "[3, 4]", "[1, 2, 3, 5]"});
-  Tensor bf16(DType::bf16, {3, 5});
-  o.attn_mask = bf16.view();
-  expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); },
-               {"attn_mask", "dtype"});
+  Tensor q_bf16 = Tensor::zeros(DType::bf16, q.shape());
+  expect_error([&] { scaled_dot_product_attention(ctx, q_bf16.view(), k.view(), v.view()); },
+               {"key", "dtype", "float32", "bfloat16"});
   o = {};
   o.scale = std::nanf("");
   expect_error([&] { scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o); },

@@ -39,6 +39,7 @@
 #include <limits>
 #include <vector>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 #include "src/attention/cpu/flash_bf16.h"
@@ -47,10 +48,6 @@
 
 namespace headlight::attention::cpu {
 namespace {
-
-// Decode: at most this many query rows, split into pieces of this many key blocks.
-constexpr int64_t kDecodeRows = 16;
-constexpr int64_t kDecodeSplitBlocks = 2;
 
 // Whether the caller asked for per-row statistics.
 bool wants_stats(const AttentionParams& p) {
@@ -79,7 +76,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   // and writes P rounded to bf16 when nothing changes P after it (no dropout).
   const bool raw_scores = plan.bf16 && scale_in_softmax(p, plan);
   const bool round_in_softmax = plan.bf16 && o.dropout_p == 0;
-  if (plan.bf16)
+  if (plan.bf16 && packed)
     for (int64_t hg = 0; hg < G; ++hg)
       pack_query_pairs(p, plan, b, g * G + hg, i0, rows, q_pairs + hg * plan.br * plan.pairs);
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
@@ -103,7 +100,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     const int64_t cols = std::min(kBlockKeys, j_end - j0);
     const float* kt = blocks ? blocks + (j0 / kBlockKeys) * plan.block_floats : nullptr;
     const bool v_packed = blocks && !plan.v_in_place;
-    const float* v = v_packed ? kt + D * plan.bc_pad : p.v.at(b, g, j0);
+    const float* v = v_packed ? kt + D * plan.bc_pad : plan.bf16 ? nullptr : p.v.at(b, g, j0);
     const int64_t ldv = v_packed ? plan.dv_pad : p.v.row_stride;
     const int64_t cols_pad = round_up(cols, plan.lanes);
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
@@ -113,7 +110,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       // Keys and values in place (decode): the rows of every head of the group form one tile,
       // so each key and value row is read once for the whole group.
       const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
-      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad);
+      if (plan.bf16)                // a bf16 cache, read in place (plan.in_place_bf16)
+        kernels::dot_tile_bf16(w.q, D, gr, p.k.bf16_at(b, g, j0), p.k.row_stride, D, cols, w.s,
+                               plan.bc_pad);
+      else
+        kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad);
       if (o.softcap > 0) kernels::softcap_tile(w.s, gr, cols_pad, plan.bc_pad, o.softcap);
       for (int64_t hg = 0; hg < G; ++hg)
         apply_element_masks(p, {b, g * G + hg, i0, rows, j0, cols, partial}, cols_pad,
@@ -127,8 +128,12 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         for (int64_t hg = 0; hg < G; ++hg)
           apply_dropout(p, {b, g * G + hg, i0, rows, j0, cols, partial},
                         w.s + hg * rows * plan.bc_pad, plan.bc_pad);
-      kernels::pv_stream_tile(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad,
-                              w.alpha);
+      if (plan.bf16)
+        kernels::pv_stream_tile_bf16(w.s, plan.bc_pad, gr, cols, p.v.bf16_at(b, g, j0),
+                                     p.v.row_stride, plan.dv_pad, w.o, plan.dv_pad, w.alpha);
+      else
+        kernels::pv_stream_tile(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad,
+                                w.alpha);
       continue;
     }
     for (int64_t hg = 0; hg < G; ++hg) {
@@ -294,10 +299,11 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   if (sh.batch == 0 || sh.heads == 0 || sh.len_q == 0) return;
   const Plan plan = make_plan(p);
-  if (sh.len_q <= kDecodeRows && plan.kv_blocks > kDecodeSplitBlocks) {
+  if (is_decode(p, plan)) {
     // Decode reads each key once: in place when the value rows are whole vectors wide (the
-    // tiles then need no padding), packed otherwise.
-    run_decode(ctx, p, plan, plan.v_in_place ? nullptr : pack_keys(ctx, p, plan));
+    // tiles then need no padding; bf16 rows widened as they are loaded), packed otherwise.
+    run_decode(ctx, p, plan,
+               plan.v_in_place || plan.in_place_bf16 ? nullptr : pack_keys(ctx, p, plan));
     return;
   }
   const float* packed = pack_keys(ctx, p, plan);

@@ -23,7 +23,9 @@
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
 
+#include "headlight/core/bf16.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 #include "src/attention/cpu/flash_kernels.h"
@@ -35,6 +37,37 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
+
+// Loads of the decode path's key and value rows, which are float32 or (a bf16 cache) bf16: a
+// vector of floats from `p` (bf16 widened exactly), and one element.
+template <class T>
+HWY_INLINE VF LoadKV(DF d, const T* HWY_RESTRICT p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::LoadU(d, p);
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, DF> db;
+    return hn::PromoteTo(d, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p)));
+  }
+}
+template <class T>
+HWY_INLINE float ElementKV(const T* p) {
+  if constexpr (std::is_same_v<T, float>) {
+    return *p;
+  } else {
+    return to_float(*p);
+  }
+}
+// The first n < lanes elements of p as a vector, zero beyond.
+template <class T>
+HWY_INLINE VF LoadKVTail(DF d, const T* HWY_RESTRICT p, size_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    return hn::MaskedLoad(hn::FirstN(d, n), d, p);
+  } else {
+    HWY_ALIGN float buf[hn::MaxLanes(DF())] = {};
+    for (size_t i = 0; i < n; ++i) buf[i] = to_float(p[i]);
+    return hn::Load(d, buf);
+  }
+}
 
 // Calls f.template operator()<R>(r) over blocks of output rows: R = 6 (the register tile's height)
 // while six rows remain, then once with the remainder (1..5).
@@ -120,8 +153,9 @@ constexpr int kToL2 = 2;
 #if HWY_HAVE_SCALABLE || HWY_TARGET == HWY_SCALAR
 // Sizeless vectors (SVE/RVV) cannot live in arrays and the scalar target has no lane shuffles:
 // one dot product at a time, each reduced on its own.
-void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds) {
+template <class T>
+void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, size_t dim,
+              size_t cols, float* s, size_t lds) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t c = 0; c < cols; ++c)
@@ -129,9 +163,9 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
       VF acc = hn::Zero(d);
       size_t e = 0;
       for (; e + L <= dim; e += L)
-        acc = hn::MulAdd(hn::LoadU(d, a + r * lda + e), hn::LoadU(d, k + c * ldk + e), acc);
+        acc = hn::MulAdd(hn::LoadU(d, a + r * lda + e), LoadKV(d, k + c * ldk + e), acc);
       float x = hn::GetLane(hn::SumOfLanes(d, acc));
-      for (; e < dim; ++e) x += a[r * lda + e] * k[c * ldk + e];
+      for (; e < dim; ++e) x += a[r * lda + e] * ElementKV(k + c * ldk + e);
       s[r * lds + c] = x;
     }
 }
@@ -177,9 +211,9 @@ constexpr size_t kDotAhead = 32;  // keys (16 KB at D = 128)
 
 // s[r] for rows a[0..R) against one key row k; the head dim is kDim, or dim_any when kDim = 0
 // (then a masked last vector). The fixed dims (64, 128) unroll completely.
-template <size_t R, size_t kDim>
-HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT k,
-                         size_t dim_any, float* HWY_RESTRICT s, size_t lds, const float* ahead) {
+template <size_t R, size_t kDim, class T>
+HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const T* HWY_RESTRICT k,
+                         size_t dim_any, float* HWY_RESTRICT s, size_t lds, const T* ahead) {
   const DF d;
   constexpr size_t L = hn::MaxLanes(DF());
   constexpr size_t kPadded = R <= 1 ? 1 : R <= 2 ? 2 : 4;
@@ -189,12 +223,12 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* H
   for (size_t i = 0; i < kPadded; ++i) acc[i] = hn::Zero(d);
   for (size_t e = 0; e < whole; e += L) {
     __builtin_prefetch(ahead + e, 0, kToL2);
-    const VF kv = hn::LoadU(d, k + e);
+    const VF kv = LoadKV(d, k + e);
     for (size_t r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(d, a + r * lda + e), kv, acc[r]);
   }
   if (whole < dim) {
     const auto m = hn::FirstN(d, dim - whole);
-    const VF kv = hn::MaskedLoad(m, d, k + whole);
+    const VF kv = LoadKVTail(d, k + whole, dim - whole);
     for (size_t r = 0; r < R; ++r)
       acc[r] = hn::MulAdd(hn::MaskedLoad(m, d, a + r * lda + whole), kv, acc[r]);
   }
@@ -210,15 +244,15 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const float* H
 }
 
 // One key at a time for a block of R rows.
-template <size_t R, size_t kDim>
-HWY_INLINE void DotRows(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
-                        size_t cols, float* s, size_t lds) {
+template <size_t R, size_t kDim, class T>
+HWY_INLINE void DotRows(const float* a, size_t lda, const T* k, size_t ldk, size_t dim, size_t cols,
+                        float* s, size_t lds) {
   for (size_t c = 0; c < cols; ++c)
     DotMicro<R, kDim>(a, lda, k + c * ldk, dim, s + c, lds, k + (c + kDotAhead) * ldk);
 }
 
-template <size_t R>
-HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const float* k, size_t ldk, size_t dim,
+template <size_t R, class T>
+HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const T* k, size_t ldk, size_t dim,
                               size_t cols, float* s, size_t lds) {
   if (dim == 128)
     DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds);
@@ -262,8 +296,8 @@ HWY_INLINE void StoreEightDots(DF d, const VF* acc, float* HWY_RESTRICT s, size_
   hn::StoreU(hn::Add(hn::LowerHalf(d4, hi), hn::UpperHalf(d4, hi)), d4, s + lds);
 }
 
-template <size_t kNV>
-HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const float* HWY_RESTRICT k,
+template <size_t kNV, class T>
+HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const T* HWY_RESTRICT k,
                            size_t ldk, size_t cols, float* HWY_RESTRICT s, size_t lds,
                            bool prefetch) {
   const DF d;
@@ -279,10 +313,10 @@ HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const float*
     VF acc[8];  // acc[4 · row + key]
     HWY_UNROLL(8) for (size_t i = 0; i < 8; ++i) acc[i] = hn::Zero(d);
     HWY_UNROLL(4) for (size_t j = 0; j < 4; ++j) {
-      const float* key = k + (c + j) * ldk;
+      const T* key = k + (c + j) * ldk;
       HWY_UNROLL(8) for (size_t e = 0; e < kNV; ++e) {
         if (prefetch) __builtin_prefetch(key + kDotAhead * ldk + e * L, 0, kToL2);
-        const VF kv = hn::LoadU(d, key + e * L);
+        const VF kv = LoadKV(d, key + e * L);
         acc[j] = hn::MulAdd(q0[e], kv, acc[j]);
         acc[4 + j] = hn::MulAdd(q1[e], kv, acc[4 + j]);
       }
@@ -293,9 +327,9 @@ HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const float*
     DotMicro<2, kNV * L>(a, lda, k + c * ldk, 0, s + c, lds, k + (c + kDotAhead) * ldk);
 }
 
-template <size_t kNV>
-HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const float* k,
-                                 size_t ldk, size_t cols, float* s, size_t lds) {
+template <size_t kNV, class T>
+HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const T* k, size_t ldk,
+                                 size_t cols, float* s, size_t lds) {
   constexpr size_t L = hn::MaxLanes(DF());
   for (size_t c0 = 0; c0 < cols; c0 += kDotRun) {
     const size_t n = std::min(kDotRun, cols - c0);
@@ -308,8 +342,9 @@ HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const 
 }
 #endif  // HWY_MAX_BYTES == 64
 
-void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds) {
+template <class T>
+void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, size_t dim,
+              size_t cols, float* s, size_t lds) {
 #if HWY_MAX_BYTES == 64
   if (rows >= 2 && dim == 128) return DotTileRegisters<8>(a, lda, rows, k, ldk, cols, s, lds);
   if (rows >= 2 && dim == 64) return DotTileRegisters<4>(a, lda, rows, k, ldk, cols, s, lds);
@@ -320,6 +355,17 @@ void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk
   for (; r < rows; ++r) DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds);
 }
 #endif
+
+void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
+             size_t cols, float* s, size_t lds) {
+  DotTileT(a, lda, rows, k, ldk, dim, cols, s, lds);
+}
+
+// DotTile over bf16 key rows (a bf16 KV cache), widened as they are loaded.
+void DotTileBf16(const float* a, size_t lda, size_t rows, const bf16* k, size_t ldk, size_t dim,
+                 size_t cols, float* s, size_t lds) {
+  DotTileT(a, lda, rows, k, ldk, dim, cols, s, lds);
+}
 
 // s ← cap · tanh(s / cap) over rows × cols.
 void SoftcapTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
@@ -542,9 +588,9 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
 // products with a broadcast left operand: A(r, k) = a[r·lda + k] (PvTile: O += P·V, dQ += dS·K) or,
 // with kTransposedA, a[k·lda + r] (AccumulateTransposed: dV += P'ᵀ·dO, dK += dSᵀ·Q). b is loaded
 // as vectors; α = 1 when null.
-template <size_t R, size_t NV, bool kTransposedA>
+template <size_t R, size_t NV, bool kTransposedA, class TB>
 HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t inner,
-                                const float* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
+                                const TB* HWY_RESTRICT b, size_t ldb, float* HWY_RESTRICT c,
                                 size_t ldc, const float* HWY_RESTRICT alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
@@ -555,7 +601,7 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
     for (size_t x = 0; x < NV; ++x) {
       VF acc = hn::Mul(hn::Set(d, alpha ? alpha[r] : 1.0f), hn::LoadU(d, c + r * ldc + x * L));
       for (size_t k = 0; k < inner; ++k)
-        acc = hn::MulAdd(hn::Set(d, a_at(r, k)), hn::LoadU(d, b + k * ldb + x * L), acc);
+        acc = hn::MulAdd(hn::Set(d, a_at(r, k)), LoadKV(d, b + k * ldb + x * L), acc);
       hn::StoreU(acc, d, c + r * ldc + x * L);
     }
 #else
@@ -566,7 +612,7 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
   }
   for (size_t k = 0; k < inner; ++k) {
     VF bv[NV];
-    for (size_t x = 0; x < NV; ++x) bv[x] = hn::LoadU(d, b + k * ldb + x * L);
+    for (size_t x = 0; x < NV; ++x) bv[x] = LoadKV(d, b + k * ldb + x * L);
     for (size_t r = 0; r < R; ++r) {
       const VF av = hn::Set(d, a_at(r, k));
       for (size_t x = 0; x < NV; ++x) acc[r][x] = hn::MulAdd(av, bv[x], acc[r][x]);
@@ -578,8 +624,8 @@ HWY_INLINE void AccumulateMicro(const float* HWY_RESTRICT a, size_t lda, size_t 
 }
 
 // The tile over the whole width, four vectors at a time, then one.
-template <size_t R, bool kTransposedA>
-HWY_INLINE void AccumulateRows(const float* a, size_t lda, size_t inner, const float* b, size_t ldb,
+template <size_t R, bool kTransposedA, class TB>
+HWY_INLINE void AccumulateRows(const float* a, size_t lda, size_t inner, const TB* b, size_t ldb,
                                size_t width, float* c, size_t ldc, const float* alpha) {
   const size_t L = hn::Lanes(DF());
   size_t x = 0;
@@ -591,8 +637,9 @@ HWY_INLINE void AccumulateRows(const float* a, size_t lda, size_t inner, const f
 
 // o[rows, width] = alpha ⊙ o + p[rows, cols] · v[cols, width]; width a multiple of the vector
 // length.
-void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
-            size_t width, float* o, size_t ldo, const float* alpha) {
+template <class TB>
+void PvTileT(const float* p, size_t ldp, size_t rows, size_t cols, const TB* v, size_t ldv,
+             size_t width, float* o, size_t ldo, const float* alpha) {
   ForRowBlocks(rows, [&]<size_t R>(size_t r) {
     AccumulateRows<R, false>(p + r * ldp, ldp, cols, v, ldv, width, o + r * ldo, ldo,
                              alpha ? alpha + r : nullptr);
@@ -608,14 +655,15 @@ void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v
 // so the first pass reads V front to back in address order and the later passes find it in L2.
 // With V already in L2 it is slower than PvTile (two FMAs per value load instead of four), so
 // only decode, which reads V from memory, uses it (docs/notes/2026-12-03-decode.md).
-void PvStreamTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
-                  size_t width, float* o, size_t ldo, const float* alpha) {
+template <class TB>
+void PvStreamTileT(const float* p, size_t ldp, size_t rows, size_t cols, const TB* v, size_t ldv,
+                   size_t width, float* o, size_t ldo, const float* alpha) {
 #if HWY_HAVE_SCALABLE
-  PvTile(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+  PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 #else
   constexpr size_t L = hn::MaxLanes(DF());
   constexpr size_t kStreamRows = L >= 16 ? 2 : 1;  // 16 or 8 accumulators
-  if (width != 8 * L) return PvTile(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+  if (width != 8 * L) return PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
   size_t r = 0;
   for (; r + kStreamRows <= rows; r += kStreamRows)
     AccumulateMicro<kStreamRows, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
@@ -624,6 +672,22 @@ void PvStreamTile(const float* p, size_t ldp, size_t rows, size_t cols, const fl
     AccumulateMicro<1, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
                                  alpha ? alpha + r : nullptr);
 #endif
+}
+
+void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
+            size_t width, float* o, size_t ldo, const float* alpha) {
+  PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+}
+
+void PvStreamTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
+                  size_t width, float* o, size_t ldo, const float* alpha) {
+  PvStreamTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+}
+
+// PvStreamTile over bf16 value rows (a bf16 KV cache), widened as they are loaded.
+void PvStreamTileBf16(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
+                      size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
+  PvStreamTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
 // s[r, c] ← exp(s[r, c] − lse[r]): exact probabilities from the saved log-sum-exp. Rows whose lse

@@ -18,6 +18,12 @@ void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ld
 // s[r, c] = a[r, :] · k[c·ldk, :] for c < cols (any cols and dim): scores from key rows in place.
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
               size_t cols, float* s, size_t lds);
+// dot_tile and pv_stream_tile over bf16 key and value rows (a bf16 KV cache read in place), each
+// element widened exactly as it is loaded: the same arithmetic on half the bytes.
+void dot_tile_bf16(const float* a, size_t lda, size_t rows, const bf16* k, size_t ldk, size_t dim,
+                   size_t cols, float* s, size_t lds);
+void pv_stream_tile_bf16(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
+                         size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 // s ← cap · tanh(s / cap).
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // What softmax_rows does beyond the plain online softmax.

@@ -199,8 +199,10 @@ Plan make_plan(const AttentionParams& p) {
   plan.lanes = static_cast<int64_t>(kernels::float_lanes());
   plan.group = sh.heads / sh.kv_heads;
   plan.bf16 = p.q.is_bf16();
-  plan.amx = plan.bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
+  plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
+  plan.in_place_bf16 = plan.bf16 && sh.value_dim == plan.dv_pad && is_decode(p, plan);
+  plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
   // Keys per tile, padded: a whole block, or all the keys when there are fewer.
   plan.bc_pad =
       round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), plan.amx ? 32 : plan.lanes);
@@ -217,12 +219,11 @@ Plan make_plan(const AttentionParams& p) {
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
   const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
   plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);
-  plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
   plan.v_in_place = sh.value_dim == plan.dv_pad && !plan.bf16;
   plan.block_floats = round_up(
       static_cast<int64_t>(D * bc + (plan.v_in_place ? 0 : bc * static_cast<size_t>(plan.dv_pad))),
       16);
-  if (plan.bf16) {
+  if (plan.bf16 && !plan.in_place_bf16) {
     plan.pairs = (sh.head_dim + 1) / 2;
     if (plan.amx) plan.pairs = round_up(std::max<int64_t>(plan.pairs, 1), 16);
     const auto pairs = static_cast<size_t>(plan.pairs);
@@ -292,10 +293,8 @@ void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, in
                   float* dst) {
   const int64_t D = p.shape.head_dim;
   const float scale = effective_scale(p);
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* src = p.q.at(b, h, i0 + r);
-    for (int64_t e = 0; e < D; ++e) dst[r * D + e] = src[e] * scale;
-  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < D; ++e) dst[r * D + e] = p.q.value(b, h, i0 + r, e) * scale;
 }
 
 }  // namespace headlight::attention::cpu

@@ -27,6 +27,9 @@ constexpr int64_t kLongKeys = 16384;
 // Bc: keys per tile. 256 rather than 128: fewer tiles per row halve the per-tile costs (the
 // softmax's rescale pass, loading and storing the output accumulators in PvTile).
 constexpr int64_t kBlockKeys = 256;
+// Decode: at most this many query rows, split into pieces of this many key blocks.
+constexpr int64_t kDecodeRows = 16;
+constexpr int64_t kDecodeSplitBlocks = 2;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t round_up(int64_t x, int64_t m) {
@@ -47,6 +50,9 @@ struct KeyRange {
 struct Plan {
   int64_t lanes, group, dv_pad, bc_pad, br;
   bool bf16 = false;
+  // bf16 decode (is_decode, value rows whole vectors wide): keys and values read where they lie
+  // by the fp32 decode loops, each element widened as it is loaded (half the bytes of fp32).
+  bool in_place_bf16 = false;
   bool amx = false;   // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
   int64_t pairs = 0;  // bf16: head-dim pairs, ⌈D / 2⌉ (AMX: padded to a multiple of 16)
   int64_t kv_blocks;  // key blocks per (batch, kv head)
@@ -76,6 +82,11 @@ struct Scratch {
   int32_t* argcol;  // [br] the column of a new maximum in the current tile
   bf16* pb;         // bf16 inputs: [br, bc_pad] the tile's probabilities, rounded
 };
+
+// Whether a call runs as decode: few query rows against several key blocks, split over the keys.
+inline bool is_decode(const AttentionParams& p, const Plan& plan) {
+  return p.shape.len_q <= kDecodeRows && plan.kv_blocks > kDecodeSplitBlocks;
+}
 
 // Where a tile sits: batch b, query head h, rows [i0, i0 + rows), keys [j0, j0 + cols).
 struct TilePos {
