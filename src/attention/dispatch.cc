@@ -8,6 +8,7 @@
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/reference.h"
 #include "headlight/core/error.h"
+#include "headlight/core/tensor.h"
 
 namespace headlight::attention {
 
@@ -47,9 +48,74 @@ void forward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) 
   cpu::probabilities(ctx, fused, {}, p.probs);
 }
 
+namespace {
+
+// A contiguous float32 copy of operand x [B, H, R, W] (bf16 widened exactly), kept in `keep`.
+Operand widened(const Operand& x, int64_t B, int64_t H, int64_t R, int64_t W, Tensor& keep) {
+  keep = Tensor(DType::f32, {B, H, R, W});
+  float* dst = keep.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < R; ++r, dst += W)
+        for (int64_t e = 0; e < W; ++e) dst[e] = x.value(b, h, r, e);
+  return Operand{
+      .data = keep.data(), .batch_stride = H * R * W, .head_stride = R * W, .row_stride = W};
+}
+
+// Writes the contiguous float32 gradient `src` [B, H, R, W] into the caller's operand.
+void store_all(const Tensor& src, const Operand& dst, int64_t B, int64_t H, int64_t R, int64_t W) {
+  const float* x = src.data();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t r = 0; r < R; ++r, x += W)
+        for (int64_t e = 0; e < W; ++e) dst.store(b, h, r, e, x[e]);
+}
+
+// The bf16 backward for now: the fp32 fused backward on widened copies of q, k, v, dO (and the
+// forward's output, when given with its lse), the gradients rounded once into the caller's
+// operands. Exact products of the bf16 values, O(L·D) extra memory; the fp32 kernel's speed.
+void backward_widened(ThreadContext& ctx, const AttentionParams& p) {
+  const AttentionShape& s = p.shape;
+  const int64_t B = s.batch, H = s.heads, G = s.kv_heads, L = s.len_q, S = s.len_kv;
+  const int64_t D = s.head_dim, Dv = s.value_dim;
+  AttentionParams f = p;
+  Tensor q, k, v, dout, out, dq(DType::f32, {B, H, L, D}), dk(DType::f32, {B, G, S, D}),
+      dv(DType::f32, {B, G, S, Dv});
+  f.q = widened(p.q, B, H, L, D, q);
+  f.k = widened(p.k, B, G, S, D, k);
+  f.v = widened(p.v, B, G, S, Dv, v);
+  f.dout = widened(p.dout, B, H, L, Dv, dout);
+  if (p.out.defined() && p.lse) {
+    f.out = widened(p.out, B, H, L, Dv, out);
+  } else {
+    f.out = {};
+    f.lse = nullptr;
+  }
+  auto contiguous = [](Tensor& t) {
+    return Operand{.data = t.data(),
+                   .batch_stride = t.size(1) * t.size(2) * t.size(3),
+                   .head_stride = t.size(2) * t.size(3),
+                   .row_stride = t.size(3)};
+  };
+  f.dq = contiguous(dq);
+  f.dk = contiguous(dk);
+  f.dv = contiguous(dv);
+  backward(ctx, f, KernelChoice::fused);
+  store_all(dq, p.dq, B, H, L, D);
+  store_all(dk, p.dk, B, G, S, D);
+  store_all(dv, p.dv, B, G, S, Dv);
+}
+
+}  // namespace
+
 void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) {
   if (resolve_kernel(choice) == KernelChoice::reference) {
     reference::backward(p);
+    return;
+  }
+  if (p.q.is_bf16()) {
+    validate(p, /*backward=*/true);
+    backward_widened(ctx, p);
     return;
   }
   // The fused backward needs the forward's output and log-sum-exp; recompute them when the

@@ -43,7 +43,8 @@ void validate(const AttentionParams& p, bool backward) {
         p.k.is_bf16() ? "bf16" : "f32", p.v.is_bf16() ? "bf16" : "f32");
   check(bf16 || !p.out.is_bf16(), "attention: a bf16 output needs bf16 inputs");
   if (backward) {
-    check(!bf16, "attention backward: bf16 inputs are not supported yet (the forward is)");
+    for (const Operand* x : {&p.dout, &p.dq, &p.dk, &p.dv})
+      check(bf16 || !x->is_bf16(), "attention backward: bf16 gradients need bf16 inputs");
     check(p.dout.defined() && p.dq.defined(),
           "attention backward: dout and dq pointers are required");
     check(s.len_kv == 0 || (p.dk.defined() && p.dv.defined()),

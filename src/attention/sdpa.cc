@@ -208,11 +208,9 @@ SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const Tensor
                                                 const TensorView& key, const TensorView& value,
                                                 const TensorView& grad_output,
                                                 const SdpaOptions& options) {
-  check(query.dtype() != DType::bf16,
-        "query: the backward of bfloat16 attention is not supported yet (the forward is)");
   Prepared r = prepare(query, key, value, options);
-  check(grad_output.dtype() == DType::f32, "grad_output: dtype must be float32, got {}",
-        dtype_name(grad_output.dtype()));
+  check(grad_output.dtype() == query.dtype(), "grad_output: dtype must be the query's {}, got {}",
+        dtype_name(query.dtype()), dtype_name(grad_output.dtype()));
   check(grad_output.shape() == r.out_shape, "grad_output: expected the output's shape {}, got {}",
         shape_string(r.out_shape), shape_string(grad_output.shape()));
   const AttentionShape& s = r.params.shape;
@@ -237,8 +235,16 @@ SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const Tensor
   r.params.dk = contiguous_operand(dk);
   r.params.dv = contiguous_operand(dv);
   backward(ctx, r.params, options.kernel);
-  return SdpaGrads{sum_to_shape(dq, query.shape()), sum_to_shape(dk, key.shape()),
-                   sum_to_shape(dv, value.shape())};
+  // Summed over broadcast dims in fp32, then (bf16 inputs) rounded once, as PyTorch returns them.
+  auto in_dtype = [&](Tensor&& g) {
+    if (query.dtype() != DType::bf16) return std::move(g);
+    Tensor out(DType::bf16, g.shape());
+    to_bf16(g.data(), out.data<bf16>(), static_cast<size_t>(g.numel()));
+    return out;
+  };
+  return SdpaGrads{in_dtype(sum_to_shape(dq, query.shape())),
+                   in_dtype(sum_to_shape(dk, key.shape())),
+                   in_dtype(sum_to_shape(dv, value.shape()))};
 }
 
 }  // namespace headlight::attention

@@ -200,7 +200,51 @@ TEST(FlashBf16, BitwiseTheSameForAnyThreadCount) {
   }
 }
 
-TEST(FlashBf16, MixedDtypesAndTheBackwardAreRefusedByName) {
+TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {
+  // The fused bf16 backward (fp32 arithmetic on the bf16 values) against the reference (double):
+  // fp32 rounding only. Gradients into fp32 operands, and into bf16 ones (rounded once).
+  ThreadContext ctx(2);
+  for (const OptionCase& c : option_cases()) {
+    SCOPED_TRACE(c.name);
+    CaseData data;
+    c.setup(data);
+    Bf16Problem ref(c.shape, 41), fused(c.shape, 41), half(c.shape, 41);
+    AttentionParams pr = ref.params(data.options, false);
+    reference::backward(pr);
+    // Without the forward's output the backward recomputes it in fp32: fp32 rounding only.
+    AttentionParams pf = fused.params(data.options, false);
+    pf.out = {};
+    pf.lse = nullptr;
+    backward(ctx, pf, KernelChoice::fused);
+    EXPECT_LE(max_diff(fused.f.dq, ref.f.dq), 2e-5);
+    EXPECT_LE(max_diff(fused.f.dk, ref.f.dk), 2e-5);
+    EXPECT_LE(max_diff(fused.f.dv, ref.f.dv), 2e-5);
+    // With the bf16 forward's output and log-sum-exp (as training keeps them), D = dO·O carries the
+    // forward's rounding of P (≤ 2⁻⁹·max|v| per output element): dV is unchanged, dQ and dK move
+    // by at most that times Σ|dO| and the scores' gradients' sizes, here below 2·10⁻³.
+    Bf16Problem kept(c.shape, 41);
+    const AttentionParams pk = kept.params(data.options, false);
+    forward(ctx, pk, KernelChoice::fused);
+    backward(ctx, pk, KernelChoice::fused);
+    EXPECT_LE(max_diff(kept.f.dq, ref.f.dq), 2e-3);
+    EXPECT_LE(max_diff(kept.f.dk, ref.f.dk), 2e-3);
+    EXPECT_LE(max_diff(kept.f.dv, ref.f.dv), 2e-5);
+    AttentionParams ph = half.params(data.options, false);
+    ph.out = {};
+    ph.lse = nullptr;
+    std::vector<bf16> dq(half.f.dq.size()), dk(half.f.dk.size()), dv(half.f.dv.size());
+    const AttentionShape& s = c.shape;
+    ph.dq = Bf16Problem::operand(dq, s.heads, s.len_q, s.head_dim);
+    ph.dk = Bf16Problem::operand(dk, s.kv_heads, s.len_kv, s.head_dim);
+    ph.dv = Bf16Problem::operand(dv, s.kv_heads, s.len_kv, s.value_dim);
+    backward(ctx, ph, KernelChoice::fused);
+    for (size_t i = 0; i < dq.size(); ++i) EXPECT_EQ(dq[i].bits, to_bf16(fused.f.dq[i]).bits);
+    for (size_t i = 0; i < dk.size(); ++i) EXPECT_EQ(dk[i].bits, to_bf16(fused.f.dk[i]).bits);
+    for (size_t i = 0; i < dv.size(); ++i) EXPECT_EQ(dv[i].bits, to_bf16(fused.f.dv[i]).bits);
+  }
+}
+
+TEST(FlashBf16, MixedDtypesAreRefusedByName) {
   ThreadContext ctx(1);
   const AttentionShape shape{1, 1, 1, 4, 4, 8, 8};
   Bf16Problem pb(shape, 1);
@@ -217,12 +261,14 @@ TEST(FlashBf16, MixedDtypesAndTheBackwardAreRefusedByName) {
   f32.probs = nullptr;
   f32.out = Bf16Problem::operand(pb.out, 1, 4, 8);
   EXPECT_THROW(cpu::flash_forward(ctx, f32), Error);
-  AttentionParams back = pb.params({}, false);
+  AttentionParams back = pb.f.params({});  // fp32 inputs, a bf16 gradient
+  back.dq = Bf16Problem::operand(pb.q, 1, 4, 8);
   try {
     backward(ctx, back);
-    FAIL() << "bf16 backward accepted";
+    FAIL() << "bf16 gradient of fp32 inputs accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bf16 gradients need bf16 inputs"), std::string::npos)
+        << e.what();
   }
 }
 

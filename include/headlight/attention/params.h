@@ -54,6 +54,13 @@ struct Operand {
   float value(int64_t b, int64_t h, int64_t r, int64_t e) const {
     return bf16 ? to_float(bf16[offset(b, h, r) + e]) : data[offset(b, h, r) + e];
   }
+  // Writes x there (rounded to nearest even for bf16).
+  void store(int64_t b, int64_t h, int64_t r, int64_t e, float x) const {
+    if (bf16)
+      bf16[offset(b, h, r) + e] = to_bf16(x);
+    else
+      data[offset(b, h, r) + e] = x;
+  }
 };
 
 // A mask [batch, heads, rows, cols] with any strides (0 broadcasts). Boolean masks are bytes,
@@ -123,7 +130,8 @@ struct AttentionParams {
   float* entropy = nullptr;     // −Σ_j P_ij log P_ij (nats); 0 for a row with no allowed key
   int64_t* argmax = nullptr;    // the key with the largest P_ij (the first on ties); −1 if none
   float* max_weight = nullptr;  // that largest P_ij; 0 for a row with no allowed key
-  // Backward: the output gradient in, the input gradients out (overwritten).
+  // Backward: the output gradient in, the input gradients out (overwritten); with bf16 inputs each
+  // may be float32 or bfloat16 (the gradients are computed in fp32 and rounded once).
   Operand dout;  // [batch, heads, len_q, value_dim]
   Operand dq;    // [batch, heads, len_q, head_dim]
   Operand dk;    // [batch, kv_heads, len_kv, head_dim]

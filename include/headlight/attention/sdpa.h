@@ -10,7 +10,8 @@
 //
 // Query, key and value are all float32 or all bfloat16; the output has their dtype. bfloat16
 // attention computes in fp32 with the probabilities rounded to bf16 for P·V (docs/design.md); a
-// float mask may be float32 or bfloat16. The backward takes float32 only, for now.
+// float mask may be float32 or bfloat16. The backward returns gradients in the inputs' dtype
+// (computed in fp32, rounded once).
 #pragma once
 
 #include <cstdint>

@@ -28,6 +28,7 @@ void backward(const AttentionParams& p) {
   // Gradients of one (b, kv head) in double: [len_kv, D] and [len_kv, Dv].
   std::vector<double> dk(static_cast<size_t>(N * D)), dv(static_cast<size_t>(N * Dv));
   std::vector<double> dq(static_cast<size_t>(D)), dp(static_cast<size_t>(N));
+  std::vector<float> doi(static_cast<size_t>(Dv)), qi(static_cast<size_t>(D));
   RowScores row;
   for (int64_t b = 0; b < sh.batch; ++b) {
     for (int64_t g = 0; g < sh.kv_heads; ++g) {
@@ -36,13 +37,14 @@ void backward(const AttentionParams& p) {
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         for (int64_t i = 0; i < sh.len_q; ++i) {
           score_row(p, b, h, i, row);
-          const float* doi = p.dout.at(b, h, i);
-          const float* qi = p.q.at(b, h, i);
+          // This row's dO and q, and (below) each key's k and v, as floats (bf16 read exactly).
+          for (int64_t e = 0; e < Dv; ++e) doi[e] = p.dout.value(b, h, i, e);
+          for (int64_t e = 0; e < D; ++e) qi[e] = p.q.value(b, h, i, e);
           double d_row = 0;
           for (int64_t j = 0; j < N; ++j) {
-            const float* vj = p.v.at(b, g, j);
             double dpj = 0;
-            for (int64_t e = 0; e < Dv; ++e) dpj += static_cast<double>(doi[e]) * vj[e];
+            for (int64_t e = 0; e < Dv; ++e)
+              dpj += static_cast<double>(doi[e]) * p.v.value(b, g, j, e);
             dp[j] = dpj * row.keep[j];
             d_row += row.prob[j] * dp[j];
             const double w = row.prob[j] * row.keep[j];
@@ -56,21 +58,17 @@ void backward(const AttentionParams& p) {
               const double t = std::tanh(row.raw[j] / cap);
               ds *= 1.0 - t * t;
             }
-            const float* kj = p.k.at(b, g, j);
             for (int64_t e = 0; e < D; ++e) {
-              dq[e] += scale * ds * kj[e];
+              dq[e] += scale * ds * p.k.value(b, g, j, e);
               dk[j * D + e] += scale * ds * qi[e];
             }
           }
-          float* dqi = p.dq.at(b, h, i);
-          for (int64_t e = 0; e < D; ++e) dqi[e] = static_cast<float>(dq[e]);
+          for (int64_t e = 0; e < D; ++e) p.dq.store(b, h, i, e, static_cast<float>(dq[e]));
         }
       }
       for (int64_t j = 0; j < N; ++j) {
-        float* dkj = p.dk.at(b, g, j);
-        float* dvj = p.dv.at(b, g, j);
-        for (int64_t e = 0; e < D; ++e) dkj[e] = static_cast<float>(dk[j * D + e]);
-        for (int64_t e = 0; e < Dv; ++e) dvj[e] = static_cast<float>(dv[j * Dv + e]);
+        for (int64_t e = 0; e < D; ++e) p.dk.store(b, g, j, e, static_cast<float>(dk[j * D + e]));
+        for (int64_t e = 0; e < Dv; ++e) p.dv.store(b, g, j, e, static_cast<float>(dv[j * Dv + e]));
       }
     }
   }

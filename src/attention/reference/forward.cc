@@ -33,13 +33,8 @@ void forward(const AttentionParams& p) {
         }
         if (std::isnan(row.lse))  // a NaN score poisons the whole row, as the formula says
           std::fill(acc.begin(), acc.end(), std::nan(""));
-        for (int64_t e = 0; e < sh.value_dim; ++e) {
-          const auto x = static_cast<float>(acc[e]);
-          if (p.out.is_bf16())
-            p.out.bf16_at(b, h, i)[e] = to_bf16(x);
-          else
-            p.out.at(b, h, i)[e] = x;
-        }
+        for (int64_t e = 0; e < sh.value_dim; ++e)
+          p.out.store(b, h, i, e, static_cast<float>(acc[e]));
         const int64_t flat = (b * sh.heads + h) * sh.len_q + i;
         if (p.lse) p.lse[flat] = static_cast<float>(row.lse);
         if (p.entropy || p.argmax || p.max_weight) {
