@@ -83,6 +83,7 @@ void add_bench_bandwidth(CLI::App& bench) {
 void add_bench_matmul(CLI::App& bench) {
   auto mm = std::make_shared<bench::MatmulBenchConfig>();
   auto mm_json = std::make_shared<bool>(false);
+  auto mm_dtype = std::make_shared<std::string>("f32");
   auto* matmul = bench.add_subcommand(
       "matmul", "oneDNN matrix product C[m,n] = A[m,k]·B[k,n] (B stored [n,k])");
   positive(matmul->add_option("--m", mm->m, "Rows of A and C")->capture_default_str());
@@ -91,8 +92,12 @@ void add_bench_matmul(CLI::App& bench) {
   add_threads_option(matmul, mm->threads, mm->threads);
   positive(matmul->add_option("--runs", mm->runs, "Timed runs (the median is reported)")
                ->capture_default_str());
+  matmul->add_option("--dtype", *mm_dtype, "f32 | bf16 (A and B; C is float32)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   matmul->add_flag("--json", *mm_json, "Machine-readable output");
-  matmul->callback([mm, mm_json] {
+  matmul->callback([mm, mm_json, mm_dtype] {
+    mm->dtype = *mm_dtype == "bf16" ? DType::bf16 : DType::f32;
     const bench::MatmulBenchReport r = bench::bench_matmul(*mm);
     if (*mm_json) {
       nlohmann::json j = timing_json(r.timing);
@@ -100,6 +105,7 @@ void add_bench_matmul(CLI::App& bench) {
                 {"n", mm->n},
                 {"k", mm->k},
                 {"threads", mm->threads},
+                {"dtype", *mm_dtype},
                 {"flops", r.flops},
                 {"gflops", r.gflops},
                 {"peak_gflops", r.peak.gflops},
@@ -107,10 +113,11 @@ void add_bench_matmul(CLI::App& bench) {
       fmt::print("{}\n", j.dump(2));
     } else {
       fmt::print(
-          "matmul {}x{}x{} on {} thread(s): median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the "
-          "FMA peak {:.1f} GFLOP/s measured in this run\n",
-          mm->m, mm->n, mm->k, mm->threads, r.timing.median * 1e3, r.gflops,
-          100 * r.fraction_of_peak, r.peak.gflops);
+          "matmul {}x{}x{} {} on {} thread(s): median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the "
+          "{} peak {:.1f} GFLOP/s measured in this run\n",
+          mm->m, mm->n, mm->k, *mm_dtype, mm->threads, r.timing.median * 1e3, r.gflops,
+          100 * r.fraction_of_peak,
+          mm->dtype == DType::bf16 ? "bf16 (" + r.peak.target + ")" : "FMA", r.peak.gflops);
     }
   });
 }

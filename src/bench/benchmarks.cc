@@ -60,17 +60,30 @@ MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
   r.config = c;
   ThreadContext ctx(c.threads);
   Generator g(1);
+  check(c.dtype == DType::f32 || c.dtype == DType::bf16, "dtype: must be f32 or bf16");
+  const bool bf16 = c.dtype == DType::bf16;
   Tensor a = Tensor::empty({c.m, c.k}), b = Tensor::empty({c.k, c.n}),
          out = Tensor::empty({c.m, c.n});
   for (Tensor* t : {&a, &b}) g.fill_uniform(t->data(), t->numel(), -1, 1);
-  const ops::MatrixArg bm = c.transpose_b ? ops::MatrixArg{b.data(), c.k, c.n, c.k, true}
-                                          : ops::MatrixArg{b.data(), c.k, c.n, c.n, false};
-  r.peak = measure_peak(c.threads);
-  r.timing = time_runs(
-      [&] {
-        ops::matmul(ctx, {a.data(), c.m, c.k, c.k, false}, bm, {out.data(), c.n});
-      },
-      c.warmup, c.runs);
+  Tensor a16(DType::bf16, a.shape()), b16(DType::bf16, b.shape());
+  if (bf16) {
+    to_bf16(a.data(), a16.data<headlight::bf16>(), static_cast<size_t>(a.numel()));
+    to_bf16(b.data(), b16.data<headlight::bf16>(), static_cast<size_t>(b.numel()));
+  }
+  auto arg = [&](const Tensor& f, const Tensor& h, int64_t rows, int64_t cols, int64_t ld,
+                 bool transposed) {
+    ops::MatrixArg x{.rows = rows, .cols = cols, .ld = ld, .transposed = transposed};
+    if (bf16)
+      x.bf16 = h.data<headlight::bf16>();
+    else
+      x.data = f.data();
+    return x;
+  };
+  const ops::MatrixArg am = arg(a, a16, c.m, c.k, c.k, false);
+  const ops::MatrixArg bm =
+      c.transpose_b ? arg(b, b16, c.k, c.n, c.k, true) : arg(b, b16, c.k, c.n, c.n, false);
+  r.peak = measure_peak(c.threads, 7, c.dtype);
+  r.timing = time_runs([&] { ops::matmul(ctx, am, bm, {out.data(), c.n}); }, c.warmup, c.runs);
   r.flops = 2.0 * static_cast<double>(c.m) * static_cast<double>(c.n) * static_cast<double>(c.k);
   r.gflops = r.flops / r.timing.median * 1e-9;
   r.fraction_of_peak = r.gflops / r.peak.gflops;

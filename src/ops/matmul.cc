@@ -20,6 +20,9 @@ constexpr int64_t kPrimitiveMinWork = int64_t{1} << 22;
 void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const OutputArg& c) {
   check(a.cols == b.rows, "matmul: inner dimensions differ: a is [{}, {}], b is [{}, {}]", a.rows,
         a.cols, b.rows, b.cols);
+  const bool bf16 = a.bf16 != nullptr;
+  check(bf16 == (b.bf16 != nullptr) && (bf16 ? !a.data && !b.data : true),
+        "matmul: both inputs must be float32 or both bf16");
   const int64_t m = a.rows, n = b.cols, k = a.cols;
   if (m == 0 || n == 0) return;
   if (k == 0) {
@@ -33,7 +36,7 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   check(!c.activation || (c.beta == 0.0f && *c.activation != Activation::swiglu),
         "matmul: an epilogue activation needs beta = 0 and an element-wise kind");
   OmpThreadsGuard threads(ctx.num_threads());
-  if (m * n * k < kPrimitiveMinWork) {
+  if (m * n * k < kPrimitiveMinWork && !bf16) {  // (oneDNN 2.6 has no bf16 gemm function)
     float beta = c.beta;
     if (c.bias) {
       for (int64_t i = 0; i < m; ++i)
@@ -62,9 +65,10 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   // first call of a shape.
   using dnnl::memory;
   static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  const memory::desc a_md({m, k}, memory::data_type::f32,
+  const auto in_type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
+  const memory::desc a_md({m, k}, in_type,
                           a.transposed ? memory::dims{1, a.ld} : memory::dims{a.ld, 1});
-  const memory::desc b_md({k, n}, memory::data_type::f32,
+  const memory::desc b_md({k, n}, in_type,
                           b.transposed ? memory::dims{1, b.ld} : memory::dims{b.ld, 1});
   const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{c.ld, 1});
   try {
@@ -87,8 +91,12 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
                                                  : dnnl::matmul::desc(a_md, b_md, c_md),
                                           attr, engine);
     dnnl::stream stream(engine);
-    memory am(a_md, engine, const_cast<float*>(a.data)),
-        bm(b_md, engine, const_cast<float*>(b.data));
+    memory am(a_md, engine,
+              bf16 ? static_cast<void*>(const_cast<headlight::bf16*>(a.bf16))
+                   : static_cast<void*>(const_cast<float*>(a.data))),
+        bm(b_md, engine,
+           bf16 ? static_cast<void*>(const_cast<headlight::bf16*>(b.bf16))
+                : static_cast<void*>(const_cast<float*>(b.data)));
     memory cm(c_md, engine, c.data);
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <vector>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 
@@ -50,6 +51,44 @@ TEST(Matmul, MatchesNaiveProductForEveryTransposeAndOddShapes) {
       }
     }
   }
+}
+
+TEST(Matmul, Bf16InputsMatchTheExactProductOfTheirValues) {
+  // Products of bf16 values are exact in fp32; only the fp32 accumulation rounds. Small and large
+  // shapes (the large ones take AMX or AVX-512 BF16 kernels where the CPU has them), each
+  // transpose, odd leading dims, alpha and beta, a bias with an activation.
+  ThreadContext ctx(2);
+  for (Case c : {Case{.m = 1, .n = 3, .k = 5, .ta = false, .tb = true},
+                 Case{.m = 33, .n = 17, .k = 65, .ta = true, .tb = false},
+                 Case{.m = 200, .n = 96, .k = 300, .ta = false, .tb = true},
+                 Case{.m = 130, .n = 250, .k = 129, .ta = true, .tb = true}}) {
+    const int64_t lda = (c.ta ? c.m : c.k) + 3, ldb = (c.tb ? c.k : c.n) + 3, ldc = c.n + 2;
+    auto a = random_vector(static_cast<size_t>((c.ta ? c.k : c.m) * lda), 3);
+    auto b = random_vector(static_cast<size_t>((c.tb ? c.n : c.k) * ldb), 4);
+    std::vector<bf16> a16(a.size()), b16(b.size());
+    to_bf16(a.data(), a16.data(), a.size());
+    to_bf16(b.data(), b16.data(), b.size());
+    std::vector<float> out(static_cast<size_t>(c.m * ldc), 0.5f);
+    matmul(ctx, {.rows = c.m, .cols = c.k, .ld = lda, .transposed = c.ta, .bf16 = a16.data()},
+           {.rows = c.k, .cols = c.n, .ld = ldb, .transposed = c.tb, .bf16 = b16.data()},
+           {out.data(), ldc, 2.0f, 1.0f});
+    for (int64_t i = 0; i < c.m; ++i)
+      for (int64_t j = 0; j < c.n; ++j) {
+        double s = 0, mag = 0;
+        for (int64_t p = 0; p < c.k; ++p) {
+          const double av = to_float(c.ta ? a16[p * lda + i] : a16[i * lda + p]);
+          const double bv = to_float(c.tb ? b16[j * ldb + p] : b16[p * ldb + j]);
+          s += av * bv;
+          mag += std::fabs(av * bv);
+        }
+        ASSERT_NEAR(out[i * ldc + j], 2.0 * s + 0.5, 1e-5 * (1 + 2 * mag))
+            << c.m << "x" << c.n << "x" << c.k << " at " << i << "," << j;
+      }
+  }
+  float x = 0;
+  const bf16 h{};
+  EXPECT_THROW(matmul(ctx, {&x, 1, 1, 1}, {.rows = 1, .cols = 1, .ld = 1, .bf16 = &h}, {&x, 1}),
+               Error);
 }
 
 TEST(Matmul, RejectsMismatchedInnerDimensions) {

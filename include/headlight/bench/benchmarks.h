@@ -23,6 +23,7 @@ PeakReport measure_peak(int threads, int repeats = 7, DType dtype = DType::f32);
 struct MatmulBenchConfig {
   int64_t m = 512, n = 2304, k = 768;  // C[m, n] = A[m, k] · B[k, n]
   bool transpose_b = true;             // B stored [n, k], as a linear layer's weight
+  DType dtype = DType::f32;            // of A and B (C is float32): f32 or bf16
   int threads = 2;
   int warmup = 2;
   int runs = 9;
@@ -33,7 +34,7 @@ struct MatmulBenchReport {
   Timing timing;
   double flops = 0;   // 2·m·n·k
   double gflops = 0;  // at the median time
-  PeakReport peak;
+  PeakReport peak;    // of the config's dtype
   double fraction_of_peak = 0;
 };
 

@@ -1,12 +1,15 @@
 // Dense matrix products through oneDNN, and the linear layer built on them.
 //
-// All matrices are row-major float32 with a leading dimension (the distance between rows, in
-// elements). oneDNN's sgemm runs on OpenMP; the number of threads comes from the ThreadContext.
+// All matrices are row-major with a leading dimension (the distance between rows, in elements):
+// float32, or both inputs bf16 (products of the bf16 values accumulated in fp32 into a float32
+// output; oneDNN runs them on AMX tiles or AVX-512 BF16 where the CPU has them). oneDNN runs on
+// OpenMP; the number of threads comes from the ThreadContext.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/ops/layers.h"
 
@@ -21,6 +24,7 @@ struct MatrixArg {
   int64_t cols = 0;  // columns of the operand as used in the product
   int64_t ld = 0;    // leading dimension of the stored matrix
   bool transposed = false;
+  const headlight::bf16* bf16 = nullptr;  // instead of data: bf16 elements (both inputs then)
 };
 
 struct OutputArg {
