@@ -173,6 +173,15 @@ def bench_smollm2(args, peak, bandwidth, rows):
         lambda: m.generate(prompt, 1, temperature=0, stop_at_eos=False), args.runs))
     hl_dec = decode_row("headlight", median_seconds(
         lambda: m.generate(short, new, temperature=0, stop_at_eos=False), args.runs))
+    # bf16 products (weights and each product's input rounded, fp32 accumulation and activations).
+    m.dtype = "bfloat16"
+    prefill_row("headlight, dtype bfloat16", median_seconds(
+        lambda: m.generate(prompt, 1, temperature=0, stop_at_eos=False), args.runs),
+        "bf16 products; the fraction is of the FP32 peak")
+    decode_row("headlight, dtype bfloat16", median_seconds(
+        lambda: m.generate(short, new, temperature=0, stop_at_eos=False), args.runs),
+        "bf16 weights: half the bytes per token", weight_bytes // 2)
+    m.dtype = "float32"
     ref = AutoModelForCausalLM.from_pretrained(str(SMOLLM2_GGUF.parent), gguf_file=SMOLLM2_GGUF.name,
                                                dtype=torch.float32).eval()
     p = torch.tensor(prompt[None], dtype=torch.long)
@@ -183,6 +192,16 @@ def bench_smollm2(args, peak, bandwidth, rows):
         tf_dec = decode_row("transformers (torch)", median_seconds(
             lambda: ref.generate(s, max_new_tokens=new, min_new_tokens=new, do_sample=False),
             args.runs))
+    ref16 = AutoModelForCausalLM.from_pretrained(str(SMOLLM2_GGUF.parent), gguf_file=SMOLLM2_GGUF.name,
+                                                 dtype=torch.bfloat16).eval()
+    with torch.no_grad():
+        prefill_row("transformers (torch), bfloat16", median_seconds(
+            lambda: ref16.generate(p, max_new_tokens=1, do_sample=False), args.runs),
+            "every op in bf16; the fraction is of the FP32 peak")
+        decode_row("transformers (torch), bfloat16", median_seconds(
+            lambda: ref16.generate(s, max_new_tokens=new, min_new_tokens=new, do_sample=False),
+            args.runs), "bf16 weights", weight_bytes // 2)
+    del ref16
     bound = products_seconds([(T, C, (H + 2 * G) * hd, L), (T, H * hd, C, L), (T, C, 2 * F, L),
                               (T, F, C, L)], args.threads)
     prefill_row("bound: its products alone in oneDNN", bound,

@@ -25,6 +25,7 @@ void add_generate(CLI::App& app) {
     model::SamplingOptions sampling{.temperature = 0.8f, .top_k = 0, .top_p = 1.0f, .seed = 0};
     bool greedy = false;
     bool stats = false;
+    std::string dtype = "f32";
     bool chat = false;
     std::string system;
     int threads = 0;
@@ -50,10 +51,15 @@ void add_generate(CLI::App& app) {
                 "The prompt as a user message in the model's chat template; the reply is printed");
   cmd->add_option("--system", a->system, "A system message (with --chat)");
   cmd->add_flag("--stats", a->stats, "Print the generation speed (tokens/s) to stderr");
+  cmd->add_option("--dtype", a->dtype,
+                  "Dense products in f32, or bf16 (weights and inputs rounded, fp32 accumulation)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   add_threads_option(cmd, a->threads);
   cmd->callback([a] {
     check(a->chat || a->system.empty(), "--system: needs --chat");
     load::Model m = load::load_model(a->model);
+    m.net.set_dtype(parse_dtype(a->dtype, "--dtype"));
     check(m.tokenizer.has_value(), "{}: the model has no tokenizer{}{}", a->model,
           m.tokenizer_error.empty() ? "" : ": ", m.tokenizer_error);
     check(m.net.config().lm_head, "{}: an encoder has no LM head to generate with", a->model);

@@ -65,7 +65,19 @@ void bind_head_calls(Class& cls, Get get) {
             auto [ctx, m] = get(self);
             return importance_of(*ctx, *m, tokens, seq);
           },
-          py::arg("tokens"), py::arg("seq"));
+          py::arg("tokens"), py::arg("seq"))
+      .def_property(
+          "dtype",
+          [get](typename Class::type& self) {
+            auto [ctx, m] = get(self);
+            return std::string(dtype_name(m->dtype()));
+          },
+          [get](typename Class::type& self, const std::string& name) {
+            auto [ctx, m] = get(self);
+            m->set_dtype(parse_dtype(name, "dtype"));
+          },
+          "The dtype of inference forwards' dense products: 'float32' or 'bfloat16' (weights "
+          "and each product's input rounded to bf16, fp32 accumulation and activations).");
 }
 
 // New tokens after one sequence of `tokens`.

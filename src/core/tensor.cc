@@ -19,6 +19,13 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
+DType parse_dtype(std::string_view name, std::string_view what) {
+  if (name == "float32" || name == "f32") return DType::f32;
+  if (name == "bfloat16" || name == "bf16") return DType::bf16;
+  if (name == "bool") return DType::boolean;
+  fail("{}: unknown dtype '{}' (expected float32, bfloat16 or bool)", what, name);
+}
+
 const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::f32:

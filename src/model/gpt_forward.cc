@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/ops/layers.h"
@@ -253,6 +254,27 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   const Dims d = detail::dims(c, batch, seq);
   const ModelOffsets off = model_offsets(c, layout_);
   const float* P = params_.data();
+  // bf16 products (set_dtype): the weights' bf16 copy, each input rounded into s.x16.
+  const bf16* P16 = nullptr;
+  if (dtype_ == DType::bf16) {
+    check(options.inference || cached,
+          "dtype bf16: only inference forwards (generation, embeddings, capture) for now; a "
+          "forward for a backward runs in float32");
+    P16 = params16();
+  }
+  auto linear = [&](const ops::LinearShape& sh, const float* x, int64_t ldx, int64_t w_off,
+                    const float* bias, float* y, int64_t ldy,
+                    std::optional<ops::Activation> act = std::nullopt) {
+    if (!P16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
+    if (s.x16.numel() < sh.rows * sh.in_features)
+      s.x16 = Tensor(DType::bf16, {sh.rows * sh.in_features});
+    bf16* x16 = s.x16.data<bf16>();
+    ctx.parallel_for(sh.rows, [&](Range rows, int) {
+      for (int64_t r = rows.begin; r < rows.end; ++r)
+        to_bf16(x + r * ldx, x16 + r * sh.in_features, static_cast<size_t>(sh.in_features));
+    });
+    ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y, ldy, act);
+  };
   const bool drop = options.train && c.dropout > 0.0f;
   const ops::NormKind nk =
       c.norm == Norm::layernorm ? ops::NormKind::layer_norm : ops::NormKind::rms_norm;
@@ -315,8 +337,8 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       a_in = a.ln1.ptr();
     }
     float* qkv = s.blocks[static_cast<size_t>(l)].qkv.get(d.rows * d.W);
-    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in, d.C,
-                        P + o.attn_w, maybe(P, o.attn_b), qkv, d.W);
+    linear({.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in, d.C, o.attn_w,
+           maybe(P, o.attn_b), qkv, d.W);
     if (c.positional == Positional::rope)
       for (const Segment& g : s.segments) {
         float* q = qkv + g.row0 * d.W;
@@ -350,8 +372,8 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       gates_.forward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, att, gated);
       attg = gated;
     }
-    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C}, attg,
-                        d.H * d.hd, P + o.proj_w, maybe(P, o.proj_b), branch, d.C);
+    linear({.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C}, attg, d.H * d.hd,
+           o.proj_w, maybe(P, o.proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream);
     float* h = a.h.get(d.rows * d.C);
     detail::add(ctx, d.rows * d.C, x, branch, h);
@@ -370,15 +392,15 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     float* fc = a.fc.get(d.rows * d.Fi);
     float* gel = a.gel.get(d.rows * d.F);
     if (s.inference && c.activation != ops::Activation::swiglu) {
-      ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C,
-                          P + o.fc_w, maybe(P, o.fc_b), gel, d.F, c.activation);
+      linear({.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C, o.fc_w,
+             maybe(P, o.fc_b), gel, d.F, c.activation);
     } else {
-      ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in,
-                          d.C, P + o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
+      linear({.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, d.C, o.fc_w,
+             maybe(P, o.fc_b), fc, d.Fi);
       ops::activation_forward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, fc, gel);
     }
-    ops::linear_forward(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, gel, d.F,
-                        P + o.fc_proj_w, maybe(P, o.fc_proj_b), branch, d.C);
+    linear({.rows = d.rows, .in_features = d.F, .out_features = d.C}, gel, d.F, o.fc_proj_w,
+           maybe(P, o.fc_proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream + 1);
     if (c.norm_first) {
       detail::add(ctx, d.rows * d.C, h, branch, out);
@@ -404,10 +426,26 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   // Decoding needs the next token's logits only: those of the last row.
   const int64_t out_rows = cached ? 1 : d.rows;
   float* logits = s.logits.get(out_rows * d.V);
-  ops::linear_forward(ctx, {.rows = out_rows, .in_features = d.C, .out_features = d.V},
-                      final_in + (d.rows - out_rows) * d.C, d.C, P + off.lm_head, nullptr, logits,
-                      d.V);
+  linear({.rows = out_rows, .in_features = d.C, .out_features = d.V},
+         final_in + (d.rows - out_rows) * d.C, d.C, off.lm_head, nullptr, logits, d.V);
   return logits;
+}
+
+void GPT::set_dtype(DType dtype) {
+  check(dtype == DType::f32 || dtype == DType::bf16, "dtype: must be float32 or bfloat16, got {}",
+        dtype_name(dtype));
+  dtype_ = dtype;
+  params16_stale_ = true;
+  if (dtype == DType::f32) params16_ = Tensor();
+}
+
+const bf16* GPT::params16() {
+  if (params16_stale_ || params16_.numel() != params_.numel()) {
+    params16_ = Tensor(DType::bf16, {params_.numel()});
+    to_bf16(params_.data(), params16_.data<bf16>(), static_cast<size_t>(params_.numel()));
+    params16_stale_ = false;
+  }
+  return params16_.data<bf16>();
 }
 
 void GPT::head_attention(ThreadContext& ctx, int64_t layer, int64_t head, float* probs,

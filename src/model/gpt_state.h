@@ -65,6 +65,7 @@ struct GPT::State {
                                          // but each layer's own qkv
   Buffer lnf, lnf_mean, lnf_rstd;        // final norm (pre-norm only)
   Buffer logits;                         // [rows, V] (with an LM head)
+  Tensor x16;                            // bf16 products: a product's input rows, rounded
   // Gradients of activations (backward scratch).
   Buffer dlogits, dx, dres, da, dfc, dgel, datt, dqkv;
   std::vector<float> sinusoidal;  // [block_size, C]

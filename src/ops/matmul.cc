@@ -118,6 +118,20 @@ void linear_forward(ThreadContext& ctx, const LinearShape& s, const float* x, in
       {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .activation = activation});
 }
 
+void linear_forward_bf16(ThreadContext& ctx, const LinearShape& s, const bf16* x, int64_t ldx,
+                         const bf16* weight, const float* bias, float* y, int64_t ldy,
+                         std::optional<Activation> activation) {
+  if (s.rows == 0 || s.out_features == 0) return;
+  matmul(
+      ctx, {.rows = s.rows, .cols = s.in_features, .ld = ldx, .bf16 = x},
+      {.rows = s.in_features,
+       .cols = s.out_features,
+       .ld = s.in_features,
+       .transposed = true,
+       .bf16 = weight},
+      {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .activation = activation});
+}
+
 void linear_backward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,
                      const float* weight, const float* dy, int64_t ldy, const LinearGrads& g) {
   const float beta = g.accumulate ? 1.0f : 0.0f;

@@ -200,7 +200,7 @@ TEST(GPT, InferenceForwardMatchesAndRefusesABackward) {
                               ops::Activation::relu, ops::Activation::swiglu}) {
     GPTConfig c = small_config();
     c.activation = act;
-    c.n_layer = 5;        // the inference forward's shared buffers in turn, both norm placements
+    c.n_layer = 5;  // the inference forward's shared buffers in turn, both norm placements
     c.norm_first = act != ops::Activation::relu;
     c.n_embd = 128;       // 32 rows · 128 · 1040 multiply-adds: oneDNN's primitive and its
     c.mlp_hidden = 1040;  // epilogue, not the small-product path
@@ -221,6 +221,49 @@ TEST(GPT, InferenceForwardMatchesAndRefusesABackward) {
     for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(again[i], want[i]) << i;
     m.backward(ctx, t.data(), dout.data());
   }
+}
+
+TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndRefuseATrainingForward) {
+  // bf16 products (set_dtype): every product's inputs rounded to bf16, so the logits move by about
+  // 2⁻⁸ of their size; the copy of the weights follows changes made through param(); a forward for
+  // a backward is refused naming the dtype; decoding with the cache equals the full forward.
+  GPTConfig c = small_config();
+  c.n_embd = 128;
+  c.mlp_hidden = 512;
+  c.tied_embeddings = false;  // an output row to change alone
+  GPT m(c, 5);
+  ThreadContext ctx(2);
+  const auto t = tokens_for(2 * 16, c.vocab_size, 6);
+  ForwardOptions o;
+  o.inference = true;
+  const float* out = m.forward(ctx, t.data(), 2, 16, o);
+  const std::vector<float> f32(out, out + 2 * 16 * c.vocab_size);
+  m.set_dtype(DType::bf16);
+  out = m.forward(ctx, t.data(), 2, 16, o);
+  const std::vector<float> b16(out, out + f32.size());
+  double scale = 0, diff = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    scale = std::max(scale, double(std::fabs(f32[i])));
+    diff = std::max(diff, double(std::fabs(f32[i] - b16[i])));
+  }
+  EXPECT_GT(diff, 0.0);  // bf16 products did run
+  EXPECT_LT(diff, 0.03 * scale);
+  // A change to the weights through param() reaches the bf16 products.
+  float* w = m.param("lm_head.weight");
+  for (int64_t i = 0; i < c.n_embd; ++i) w[i] *= 2.0f;  // token 0's output row
+  out = m.forward(ctx, t.data(), 2, 16, o);
+  EXPECT_NE(out[0], b16[0]);
+  EXPECT_EQ(out[1], b16[1]);
+  expect_error([&] { m.forward(ctx, t.data(), 2, 16); }, {"dtype bf16", "inference"});
+  // Decoding (KV cache) in bf16 equals the bf16 full forward's last rows.
+  const float* full = m.forward(ctx, t.data(), 1, 16, o);
+  const std::vector<float> last(full + 15 * c.vocab_size, full + 16 * c.vocab_size);
+  m.reset_cache();
+  const float* dec = m.decode(ctx, t.data(), 16);
+  for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(dec[v], last[v], 1e-4) << v;
+  m.set_dtype(DType::f32);
+  out = m.forward(ctx, t.data(), 2, 16);  // float32 again: training forwards allowed
+  EXPECT_TRUE(std::isfinite(out[0]));
 }
 
 TEST(GPT, GateZeroRemovesAHeadAndItsGradientIsExact) {

@@ -20,6 +20,8 @@ enum class DType : uint8_t { f32, bf16, boolean };
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);
+// "float32"/"f32", "bfloat16"/"bf16" or "bool"; throws naming `what` on anything else.
+DType parse_dtype(std::string_view name, std::string_view what);
 
 using Shape = std::vector<int64_t>;
 

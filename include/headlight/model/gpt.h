@@ -20,6 +20,7 @@
 
 #include "headlight/attention/dispatch.h"
 #include "headlight/attention/head_gates.h"
+#include "headlight/core/bf16.h"
 #include "headlight/core/tensor.h"
 #include "headlight/core/tensor_source.h"
 #include "headlight/core/thread_context.h"
@@ -83,12 +84,20 @@ class GPT {
 
   const GPTConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
-  float* params() { return params_.data(); }
+  // Mutable access marks the bf16 copy of the weights (set_dtype) stale; it is remade before the
+  // next forward that uses it.
+  float* params() {
+    params16_stale_ = true;
+    return params_.data();
+  }
   const float* params() const { return params_.data(); }
   float* grads() { return grads_.data(); }
   const float* grads() const { return grads_.data(); }
   // The parameter `name` (a view into the arena); throws naming it when absent.
-  float* param(const std::string& name) { return params_.data() + layout_.at(name).offset; }
+  float* param(const std::string& name) {
+    params16_stale_ = true;
+    return params_.data() + layout_.at(name).offset;
+  }
   float* grad(const std::string& name) { return grads_.data() + layout_.at(name).offset; }
 
   // [n_layer, n_head] gates and their gradients (accumulated by forward_backward).
@@ -130,6 +139,14 @@ class GPT {
   void head_attention(ThreadContext& ctx, int64_t layer, int64_t head, float* probs,
                       attention::KernelChoice kernel = attention::KernelChoice::automatic);
 
+  // The dtype of the dense products of inference forwards (generation, embeddings, capture):
+  // float32, or bf16 — weights rounded to bf16 (a copy beside the float32 parameters, which stay
+  // the master), activations rounded at each product's input, products accumulated in fp32 into
+  // float32 activations (norms, softmax, residuals stay float32). A forward for a backward
+  // (training) refuses bf16 for now.
+  void set_dtype(DType dtype);
+  DType dtype() const { return dtype_; }
+
   struct State;  // activations, KV cache and tables (src/model/gpt_state.h)
 
  private:
@@ -144,8 +161,14 @@ class GPT {
 
   GPTConfig config_;
   ParameterLayout layout_;
+  // The bf16 copy of the parameter arena for bf16 products (set_dtype), remade when stale.
+  const bf16* params16();
+
   Tensor params_;  // [layout.total()], the arena of every parameter
-  Tensor grads_;   // [layout.total()], their gradients
+  DType dtype_ = DType::f32;
+  Tensor params16_;  // [layout.total()] bf16, when dtype_ is bf16
+  bool params16_stale_ = true;
+  Tensor grads_;  // [layout.total()], their gradients
   attention::HeadGates gates_;
   std::unique_ptr<State> state_;
 };

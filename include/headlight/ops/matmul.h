@@ -56,6 +56,11 @@ void linear_forward(ThreadContext& ctx, const LinearShape& s, const float* x, in
                     const float* weight, const float* bias, float* y, int64_t ldy,
                     std::optional<Activation> activation = std::nullopt);
 
+// linear_forward with bf16 inputs and weight (products accumulated in fp32, float32 output).
+void linear_forward_bf16(ThreadContext& ctx, const LinearShape& s, const bf16* x, int64_t ldx,
+                         const bf16* weight, const float* bias, float* y, int64_t ldy,
+                         std::optional<Activation> activation = std::nullopt);
+
 // Gradients of linear_forward given dy[rows, out] (leading dim ldy). Each output pointer may be
 // null to skip it; results are accumulated (+=) when `accumulate` is true, else overwritten.
 //   dx[rows, in] = dy · W          dW[out, in] = dyᵀ · x          dbias[out] = Σ_rows dy
