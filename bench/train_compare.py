@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training throughput of headlight and PyTorch 2.13 on the same model and data, in one run.
 
-    .venv/bin/python bench/train_compare.py [--threads 2] [--steps 30] [--rounds 5] [--compile]
+    .venv/bin/python bench/train_compare.py [--threads 2] [--steps 30] [--rounds 5] [--compile] [--bf16]
 
 The model is the issue's: 4 layers, 4 heads, n_embd 128, block 128, batch 16, byte-level
 vocabulary (256), learned positions, pre-norm LayerNorm, tied embeddings; AdamW with gradient
@@ -9,6 +9,11 @@ clipping. headlight trains through `headlight train` (its own loop, evaluation o
 an eager nanoGPT-style model (F.scaled_dot_product_attention, is_causal) on the same detective
 corpus, and with torch.compile when --compile is given and it works here. Rounds alternate between
 the two, and the table gives the median tokens/s of each and the ratio.
+
+With --bf16 two more trainers join the rounds: headlight in mixed precision (`headlight train --dtype
+bf16`: bf16 products with fp32 accumulation, fp32 master weights and AdamW state) and PyTorch under
+`torch.autocast("cpu", dtype=torch.bfloat16)` (its products in bf16, fp32 weights and optimizer),
+and the final losses of the runs are printed beside each other.
 
 It also prints what the machine allows: the FLOPs of a training step from explicit formulas (the
 dense products 6·P·tokens, P the weights of the products: 12·n_embd² per layer and the tied
@@ -75,7 +80,7 @@ def corpus_tokens():
     return np.frombuffer(out.stdout, dtype=np.uint8).astype(np.int64)
 
 
-def torch_tokens_per_second(data, steps, compiled):
+def torch_tokens_per_second(data, steps, compiled, autocast=False):
     torch.manual_seed(0)
     model = GPT()
     step_fn = torch.compile(model) if compiled else model
@@ -90,7 +95,8 @@ def torch_tokens_per_second(data, steps, compiled):
         x = torch.from_numpy(np.stack([data[s:s + BLOCK] for s in starts]))
         y = torch.from_numpy(np.stack([data[s + 1:s + BLOCK + 1] for s in starts]))
         opt.zero_grad(set_to_none=True)
-        loss = step_fn(x, y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+            loss = step_fn(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -103,13 +109,14 @@ def torch_tokens_per_second(data, steps, compiled):
     return steps * BATCH * BLOCK / (time.perf_counter() - t0)
 
 
-def headlight_tokens_per_second(steps, threads):
+def headlight_tokens_per_second(steps, threads, dtype="f32"):
     with tempfile.TemporaryDirectory() as tmp:
         out = subprocess.run(
             [str(CLI), "train", "--steps", str(steps), "--eval-every", str(10 * steps),
              "--eval-batches", "1", "--val-stories", "20", "--n-layer", str(N_LAYER), "--n-head",
              str(N_HEAD), "--n-embd", str(N_EMBD), "--block-size", str(BLOCK), "--batch",
-             str(BATCH), "--threads", str(threads), "--out", f"{tmp}/m.safetensors", "--json"],
+             str(BATCH), "--threads", str(threads), "--out", f"{tmp}/m.safetensors", "--json",
+             "--dtype", dtype],
             check=True, capture_output=True, text=True)
     return json.loads(out.stdout)["tokens_per_second"]
 
@@ -136,6 +143,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--bf16", action="store_true",
+                    help="also headlight --dtype bf16 and PyTorch under bf16 autocast")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = corpus_tokens()
@@ -143,9 +152,17 @@ def main():
     rows = {"headlight": [], "PyTorch eager": []}
     if args.compile:
         rows["PyTorch torch.compile"] = []
+    if args.bf16:
+        rows["headlight --dtype bf16 (mixed precision)"] = []
+        rows["PyTorch eager, bf16 autocast"] = []
     for _ in range(args.rounds):
         rows["headlight"].append(headlight_tokens_per_second(args.steps, args.threads))
         rows["PyTorch eager"].append(torch_tokens_per_second(data, args.steps, False))
+        if args.bf16:
+            rows["headlight --dtype bf16 (mixed precision)"].append(
+                headlight_tokens_per_second(args.steps, args.threads, "bf16"))
+            rows["PyTorch eager, bf16 autocast"].append(
+                torch_tokens_per_second(data, args.steps, False, autocast=True))
         if args.compile:
             try:
                 rows["PyTorch torch.compile"].append(torch_tokens_per_second(data, args.steps, True))

@@ -36,6 +36,7 @@ struct TrainArgs {
   bool json = false;
   std::string out = "model.safetensors";
   std::string init;                 // a checkpoint whose weights and tokenizer the run starts from
+  std::string dtype = "f32";        // of the dense products (bf16: mixed precision)
   CLI::App* model_group = nullptr;  // the model options, refused with --resume/--init
   CLI::Option* tokenizer_option = nullptr;  // likewise
 };
@@ -110,6 +111,11 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   t->add_option("--seed", a.train.seed, "Seed of the weights, batches and dropout")
       ->capture_default_str();
   t->add_option("--metrics", a.train.metrics, "JSONL metrics log");
+  t->add_option("--dtype", a.dtype,
+                "Dense products in f32, or bf16 (mixed precision: bf16 products with fp32 "
+                "accumulation, fp32 master weights, AdamW state, norms, attention and loss)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
   t->add_flag("--resume", a.train.resume, "Continue from --out and its optimizer state");
   t->add_option("--init", a.init,
                 "Start from this checkpoint's weights and tokenizer (fine-tuning: a new optimizer "
@@ -166,6 +172,7 @@ void run_train(const TrainArgs& a) {
     c.vocab_size = tok->vocab_size() + (c.causal ? 0 : 1);
     gpt.emplace(c, o.seed);
   }
+  gpt->set_dtype(parse_dtype(a.dtype, "--dtype"));
   const std::vector<int32_t> train_ids = tok->encode(text.train),
                              val_ids = tok->encode(text.validation);
   fmt::print(stderr,

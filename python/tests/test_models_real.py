@@ -131,8 +131,6 @@ def test_bf16_products_are_closer_to_float32_than_transformers_in_bfloat16(smoll
         smollm2.dtype = "bfloat16"
         assert smollm2.dtype == "bfloat16"
         ours = smollm2.forward(ids)
-        with pytest.raises(ValueError, match="dtype bf16: only inference forwards"):
-            smollm2.backward(ids, np.ones_like(ours))
         minilm.dtype = "bf16"
         e16 = minilm.encode(TEXTS[:4])
     finally:

@@ -54,13 +54,57 @@ void NarrowToBf16(const float* src, bf16* dst, size_t n) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+
+#include "headlight/core/cpu_info.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace headlight {
 
 HWY_EXPORT(WidenBf16);
 HWY_EXPORT(NarrowToBf16);
 
+namespace {
+
+#if defined(__x86_64__)
+// Narrowing with AVX-512 BF16's vcvtne2ps2bf16 (32 floats per instruction, round to nearest even,
+// NaN made quiet: the scalar definition's bits), except that the instruction flushes denormal
+// inputs to zero: a block of 32 that holds one (exponent bits 0, mantissa not) goes through the
+// portable loop instead, so the bits are the scalar definition's everywhere. Returns how many
+// elements it did (a multiple of 32).
+__attribute__((target("avx512f,avx512bw,avx512bf16"))) size_t narrow_native(const float* src,
+                                                                            bf16* dst, size_t n) {
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x7FFFFF);
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512i a = _mm512_loadu_si512(src + i), b = _mm512_loadu_si512(src + i + 16);
+    const __mmask16 da = _mm512_mask_cmpeq_epi32_mask(
+        _mm512_test_epi32_mask(a, mantissa), _mm512_and_si512(a, exponent), _mm512_setzero_si512());
+    const __mmask16 db = _mm512_mask_cmpeq_epi32_mask(
+        _mm512_test_epi32_mask(b, mantissa), _mm512_and_si512(b, exponent), _mm512_setzero_si512());
+    if ((da | db) != 0) {
+      HWY_DYNAMIC_DISPATCH(NarrowToBf16)(src + i, dst + i, 32);
+      continue;
+    }
+    const __m512bh h = _mm512_cvtne2ps_pbh(_mm512_castsi512_ps(b), _mm512_castsi512_ps(a));
+    _mm512_storeu_si512(dst + i, (__m512i)h);
+  }
+  return i;
+}
+#else
+size_t narrow_native(const float*, bf16*, size_t) {
+  return 0;
+}
+#endif
+
+}  // namespace
+
 void to_bf16(const float* src, bf16* dst, size_t n) {
-  HWY_DYNAMIC_DISPATCH(NarrowToBf16)(src, dst, n);
+  static const bool native = cpu_has_bf16_dot();
+  const size_t done = native && native_bf16_allowed() ? narrow_native(src, dst, n) : 0;
+  if (done < n) HWY_DYNAMIC_DISPATCH(NarrowToBf16)(src + done, dst + done, n - done);
 }
 
 void to_float(const bf16* src, float* dst, size_t n) {

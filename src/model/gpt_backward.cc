@@ -8,8 +8,10 @@
 //   backward (RoPE undone on dq, dk), dx = dh + ln_1ᵀ(dqkv·W_qkv)
 // (dy' = dropout of dy with the forward's mask; ln_1ᵀ is the norm's backward.)
 
+#include <algorithm>
 #include <cstring>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/error.h"
 #include "headlight/ops/layers.h"
 #include "headlight/ops/matmul.h"
@@ -27,10 +29,59 @@ float* maybe(float* base, int64_t offset) {
   return base && offset >= 0 ? base + offset : nullptr;
 }
 
+// bf16 products (GPT::set_dtype): the bf16 copy of the parameter arena P, and scratch for the
+// rounded operands. P16 null: float32 products.
+struct Bf16Products {
+  const float* P = nullptr;
+  const bf16* P16 = nullptr;
+  Tensor* dy16 = nullptr;
+  Tensor* x16 = nullptr;
+  const GPT::State* state = nullptr;  // the forward's rounded inputs (State::rounded)
+};
+
+// `n` elements of x rounded to bf16 into scratch (grown as needed), in parallel.
+const bf16* rounded(ThreadContext& ctx, const float* x, int64_t n, Tensor& scratch) {
+  if (scratch.numel() < n) scratch = Tensor(DType::bf16, {n});
+  bf16* out = scratch.data<bf16>();
+  constexpr int64_t kChunk = 1 << 14;
+  ctx.parallel_for((n + kChunk - 1) / kChunk, [&](Range chunks, int) {
+    for (int64_t i = chunks.begin; i < chunks.end; ++i) {
+      const int64_t at = i * kChunk;
+      to_bf16(x + at, out + at, static_cast<size_t>(std::min(kChunk, n - at)));
+    }
+  });
+  return out;
+}
+
 // Gradients of y = x·Wᵀ + b: dx overwritten (or added when accumulate_dx), dW and db added (not
-// computed when dw is null).
+// computed when dw is null). With bf16 products, dy, x and W enter the products rounded to bf16
+// (fp32 accumulation into the float32 gradients); db sums the float32 dy.
 void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
-                  const float* dy, float* dx, bool accumulate_dx, float* dw, float* db) {
+                  const float* dy, float* dx, bool accumulate_dx, float* dw, float* db,
+                  const Bf16Products& b16 = {}) {
+  if (b16.P16) {
+    const int64_t rows = s.rows, in = s.in_features, out = s.out_features;
+    if (rows == 0 || out == 0) return;
+    const bf16* w16 = b16.P16 + (w - b16.P);
+    const bf16* dy16 = rounded(ctx, dy, rows * out, *b16.dy16);
+    if (dx)
+      ops::matmul(ctx, {.rows = rows, .cols = out, .ld = out, .bf16 = dy16},
+                  {.rows = out, .cols = in, .ld = in, .bf16 = w16},
+                  {.data = dx, .ld = in, .alpha = 1.0f, .beta = accumulate_dx ? 1.0f : 0.0f});
+    if (dw) {
+      const bf16* x16 = nullptr;  // as the forward rounded it, else rounded now
+      for (size_t i = 0; i < b16.state->rounded_used && !x16; ++i) {
+        const GPT::State::Rounded& r = b16.state->rounded[i];
+        if (r.src == x && r.n == rows * in) x16 = r.values.data<bf16>();
+      }
+      if (!x16) x16 = rounded(ctx, x, rows * in, *b16.x16);
+      ops::matmul(ctx, {.rows = out, .cols = rows, .ld = out, .transposed = true, .bf16 = dy16},
+                  {.rows = rows, .cols = in, .ld = in, .bf16 = x16},
+                  {.data = dw, .ld = in, .alpha = 1.0f, .beta = 1.0f});
+      if (db) ops::linear_backward(ctx, s, x, in, w, dy, out, {nullptr, 0, nullptr, db, true});
+    }
+    return;
+  }
   if (dx)
     ops::linear_backward(ctx, s, x, s.in_features, w, dy, s.out_features,
                          {dx, s.in_features, nullptr, nullptr, accumulate_dx});
@@ -52,6 +103,11 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   const ModelOffsets off = model_offsets(c, layout_);
   const float* P = params_.data();
   float* G = grads_.data();
+  const Bf16Products b16{.P = P,
+                         .P16 = dtype_ == DType::bf16 ? params16() : nullptr,
+                         .dy16 = &s.dy16,
+                         .x16 = &s.x16,
+                         .state = &s};
   // The weights' gradients go to G, or are not computed (the gates' alone: head importance).
   float* GW = options.weight_grads ? G : nullptr;
   const bool drop = options.train && c.dropout > 0.0f;
@@ -73,7 +129,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   float* dfinal = c.norm_first ? da : dx;
   if (c.lm_head)
     linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.V}, final_in,
-                 P + off.lm_head, doutput, dfinal, false, maybe(GW, off.lm_head), nullptr);
+                 P + off.lm_head, doutput, dfinal, false, maybe(GW, off.lm_head), nullptr, b16);
   else
     std::memcpy(dfinal, doutput, sizeof(float) * static_cast<size_t>(n));
   if (c.norm_first)
@@ -102,13 +158,13 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream + 1);
     // dfc = act'(fc) ⊙ (dres · W_proj)
     linear_grads(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, a.gel.ptr(),
-                 P + o.fc_proj_w, dres, dgel, false, maybe(GW, o.fc_proj_w),
-                 maybe(GW, o.fc_proj_b));
+                 P + o.fc_proj_w, dres, dgel, false, maybe(GW, o.fc_proj_w), maybe(GW, o.fc_proj_b),
+                 b16);
     ops::activation_backward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, a.fc.ptr(),
                              dgel, dfc);
     // Gradient at m_in: da = dfc · W_fc.
     linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, P + o.fc_w,
-                 dfc, da, false, maybe(GW, o.fc_w), maybe(GW, o.fc_b));
+                 dfc, da, false, maybe(GW, o.fc_w), maybe(GW, o.fc_b), b16);
     if (c.norm_first) {
       ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), da,
                          {dx, true, G + o.ln2_w, maybe(G, o.ln2_b)});
@@ -124,7 +180,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     float* dattg = datt;
     linear_grads(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C},
                  a.gated ? a.attg.ptr() : a.att.ptr(), P + o.proj_w, dres, dattg, false,
-                 maybe(GW, o.proj_w), maybe(GW, o.proj_b));
+                 maybe(GW, o.proj_w), maybe(GW, o.proj_b), b16);
     // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place).
     gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
                     dattg);
@@ -148,12 +204,12 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     const float* a_in = c.norm_first ? a.ln1.ptr() : x;
     if (c.norm_first) {
       linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
-                   P + o.attn_w, dqkv, da, false, maybe(GW, o.attn_w), maybe(GW, o.attn_b));
+                   P + o.attn_w, dqkv, da, false, maybe(GW, o.attn_w), maybe(GW, o.attn_b), b16);
       ops::norm_backward(ctx, ns, x, P + o.ln1_w, a.ln1_mean.ptr(), a.ln1_rstd.ptr(), da,
                          {dx, true, G + o.ln1_w, maybe(G, o.ln1_b)});
     } else {
       linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
-                   P + o.attn_w, dqkv, dx, true, maybe(GW, o.attn_w), maybe(GW, o.attn_b));
+                   P + o.attn_w, dqkv, dx, true, maybe(GW, o.attn_w), maybe(GW, o.attn_b), b16);
     }
   }
 

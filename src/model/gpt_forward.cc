@@ -256,19 +256,23 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   const float* P = params_.data();
   // bf16 products (set_dtype): the weights' bf16 copy, each input rounded into s.x16.
   const bf16* P16 = nullptr;
-  if (dtype_ == DType::bf16) {
-    check(options.inference || cached,
-          "dtype bf16: only inference forwards (generation, embeddings, capture) for now; a "
-          "forward for a backward runs in float32");
-    P16 = params16();
-  }
+  if (dtype_ == DType::bf16) P16 = params16();
   auto linear = [&](const ops::LinearShape& sh, const float* x, int64_t ldx, int64_t w_off,
                     const float* bias, float* y, int64_t ldy,
                     std::optional<ops::Activation> act = std::nullopt) {
     if (!P16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
-    if (s.x16.numel() < sh.rows * sh.in_features)
-      s.x16 = Tensor(DType::bf16, {sh.rows * sh.in_features});
-    bf16* x16 = s.x16.data<bf16>();
+    // Inference: one scratch; training: kept for the backward's weight gradient (s.rounded).
+    const int64_t n = sh.rows * sh.in_features;
+    Tensor* keep = &s.x16;
+    if (!s.inference) {
+      if (s.rounded.size() <= s.rounded_used) s.rounded.resize(s.rounded_used + 1);
+      State::Rounded& r = s.rounded[s.rounded_used++];
+      r.src = x;
+      r.n = n;
+      keep = &r.values;
+    }
+    if (keep->numel() < n) *keep = Tensor(DType::bf16, {n});
+    bf16* x16 = keep->data<bf16>();
     ctx.parallel_for(sh.rows, [&](Range rows, int) {
       for (int64_t r = rows.begin; r < rows.end; ++r)
         to_bf16(x + r * ldx, x16 + r * sh.in_features, static_cast<size_t>(sh.in_features));
@@ -281,6 +285,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   const ops::NormShape ns{.kind = nk, .rows = d.rows, .cols = d.C, .eps = c.norm_eps};
   s.batch = batch;
   s.seq = seq;
+  s.rounded_used = 0;
   detail::set_segments(c, batch, seq, cached, options, s);
   s.inference = options.inference || cached;
   s.cached = cached;

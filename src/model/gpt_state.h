@@ -66,6 +66,17 @@ struct GPT::State {
   Buffer lnf, lnf_mean, lnf_rstd;        // final norm (pre-norm only)
   Buffer logits;                         // [rows, V] (with an LM head)
   Tensor x16;                            // bf16 products: a product's input rows, rounded
+  Tensor dy16;                           // bf16 products, backward: an output gradient, rounded
+  // bf16 products in a forward for a backward: each product's input as rounded then ([n] bf16,
+  // from `src`), so that the backward's weight gradients reuse it; `rounded_used` of them are this
+  // forward's (the tensors stay, to be reused by the next).
+  struct Rounded {
+    const float* src = nullptr;
+    int64_t n = 0;
+    Tensor values;
+  };
+  std::vector<Rounded> rounded;
+  size_t rounded_used = 0;
   // Gradients of activations (backward scratch).
   Buffer dlogits, dx, dres, da, dfc, dgel, datt, dqkv;
   std::vector<float> sinusoidal;  // [block_size, C]

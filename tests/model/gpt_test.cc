@@ -223,10 +223,10 @@ TEST(GPT, InferenceForwardMatchesAndRefusesABackward) {
   }
 }
 
-TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndRefuseATrainingForward) {
+TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndTrainInMixedPrecision) {
   // bf16 products (set_dtype): every product's inputs rounded to bf16, so the logits move by about
-  // 2⁻⁸ of their size; the copy of the weights follows changes made through param(); a forward for
-  // a backward is refused naming the dtype; decoding with the cache equals the full forward.
+  // 2⁻⁸ of their size; the copy of the weights follows changes made through param(); a training
+  // step's loss and gradients stay near float32's; decoding with the cache equals the full forward.
   GPTConfig c = small_config();
   c.n_embd = 128;
   c.mlp_hidden = 512;
@@ -254,7 +254,24 @@ TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndRefuseATrainingForward) {
   out = m.forward(ctx, t.data(), 2, 16, o);
   EXPECT_NE(out[0], b16[0]);
   EXPECT_EQ(out[1], b16[1]);
-  expect_error([&] { m.forward(ctx, t.data(), 2, 16); }, {"dtype bf16", "inference"});
+  // Mixed-precision training: the loss and every gradient near float32's.
+  std::vector<int32_t> targets(t.begin() + 1, t.end());
+  targets.push_back(0);
+  m.zero_grads();
+  const double loss16 = m.forward_backward(ctx, t.data(), targets.data(), 2, 16);
+  const std::vector<float> g16(m.grads(), m.grads() + m.layout().total());
+  m.set_dtype(DType::f32);
+  m.zero_grads();
+  const double loss32 = m.forward_backward(ctx, t.data(), targets.data(), 2, 16);
+  EXPECT_NEAR(loss16, loss32, 0.01 * loss32);
+  double gmax = 0, gdiff = 0;
+  for (int64_t i = 0; i < m.layout().total(); ++i) {
+    gmax = std::max(gmax, double(std::fabs(m.grads()[i])));
+    gdiff = std::max(gdiff, double(std::fabs(m.grads()[i] - g16[static_cast<size_t>(i)])));
+  }
+  EXPECT_GT(gdiff, 0.0);
+  EXPECT_LT(gdiff, 0.03 * gmax);
+  m.set_dtype(DType::bf16);
   // Decoding (KV cache) in bf16 equals the bf16 full forward's last rows.
   const float* full = m.forward(ctx, t.data(), 1, 16, o);
   const std::vector<float> last(full + 15 * c.vocab_size, full + 16 * c.vocab_size);

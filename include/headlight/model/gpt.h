@@ -139,11 +139,11 @@ class GPT {
   void head_attention(ThreadContext& ctx, int64_t layer, int64_t head, float* probs,
                       attention::KernelChoice kernel = attention::KernelChoice::automatic);
 
-  // The dtype of the dense products of inference forwards (generation, embeddings, capture):
-  // float32, or bf16 — weights rounded to bf16 (a copy beside the float32 parameters, which stay
-  // the master), activations rounded at each product's input, products accumulated in fp32 into
-  // float32 activations (norms, softmax, residuals stay float32). A forward for a backward
-  // (training) refuses bf16 for now.
+  // The dtype of the dense products, forward and backward: float32, or bf16 — mixed precision:
+  // weights rounded to bf16 (a copy beside the float32 parameters, which stay the master that
+  // AdamW updates), each product's inputs (activations, output gradients) rounded, products
+  // accumulated in fp32 into float32 activations and gradients; norms, attention, softmax,
+  // residuals and the loss stay float32.
   void set_dtype(DType dtype);
   DType dtype() const { return dtype_; }
 
