@@ -1,7 +1,9 @@
 // Helpers for the attention tests: random contiguous operands and AttentionParams over them.
 #pragma once
 
+#include <cmath>
 #include <functional>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -73,6 +75,20 @@ struct OptionCase {
   AttentionShape shape;
   std::function<void(CaseData&)> setup;
 };
+
+// Max |a − b| over finite entries; infinities must match exactly, and NaN is a failure.
+inline double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(a[i]) || std::isinf(b[i])) {
+      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
+      continue;
+    }
+    const double d = std::fabs(double(a[i]) - double(b[i]));
+    if (!(d <= m)) m = d;  // NaN makes m NaN and fails the comparison below
+  }
+  return m;
+}
 
 // Every option and combination, on small odd shapes (option_cases.cc).
 std::vector<OptionCase> option_cases();

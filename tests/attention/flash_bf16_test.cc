@@ -30,6 +30,7 @@ namespace headlight::attention {
 namespace {
 
 using testing::CaseData;
+using testing::max_diff;
 using testing::option_cases;
 using testing::OptionCase;
 using testing::Problem;
@@ -76,20 +77,6 @@ struct Bf16Problem {
     return p;
   }
 };
-
-// Max |a − b| over finite entries; infinities must match exactly, NaN fails.
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(a[i]) || std::isinf(b[i])) {
-      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
-      continue;
-    }
-    const double d = std::fabs(double(a[i]) - double(b[i]));
-    if (!(d <= m)) m = d;
-  }
-  return m;
-}
 
 std::vector<float> widen(const std::vector<bf16>& x) {
   std::vector<float> y(x.size());

@@ -20,23 +20,10 @@ namespace headlight::attention {
 namespace {
 
 using testing::CaseData;
+using testing::max_diff;
 using testing::option_cases;
 using testing::OptionCase;
 using testing::Problem;
-
-// Max |a − b| over finite entries; infinities must match exactly, and NaN is a failure.
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (std::isinf(a[i]) || std::isinf(b[i])) {
-      if (a[i] != b[i]) return std::numeric_limits<double>::infinity();
-      continue;
-    }
-    const double d = std::fabs(double(a[i]) - double(b[i]));
-    if (!(d <= m)) m = d;  // NaN makes m NaN and fails the comparison below
-  }
-  return m;
-}
 
 // The same random problem run through the reference and the fused forward: {reference, fused}.
 std::pair<Problem, Problem> forward_both(ThreadContext& ctx, const AttentionShape& shape,
