@@ -121,10 +121,13 @@ HEADLIGHT_AMX_TARGET void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t
 
 // 2^t for t ≤ 0 (t may be −inf, NaN propagates): t = n + f with n = round(t) and f = t − n ∈
 // [−½, ½] (vreduceps), 2^f from a degree-5 polynomial (relative error < 10⁻⁷, fitted on [−½, ½]),
-// and 2^n applied by vscalefps, which also underflows to 0 correctly (t is first clamped to −150,
-// below which the result is 0; max(−150, t) returns t when t is NaN).
+// and 2^n applied by vscalefps. Below −125 (and for −inf: masked keys) the result is exactly 0:
+// those lanes are zeroed by the scalef's mask rather than computed, because a denormal result
+// (and the sums of denormals after it) costs a microcode assist of a hundred cycles or more.
 HEADLIGHT_AMX_TARGET inline __m512 Exp2(__m512 t) {
-  t = _mm512_max_ps(_mm512_set1_ps(-150.0f), t);
+  const __m512 floor = _mm512_set1_ps(-125.0f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(t, floor, _CMP_NLT_UQ);  // t ≥ −125 or NaN
+  t = _mm512_max_ps(floor, t);                                       // returns t when t is NaN
   const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT);
   const __m512 n = _mm512_sub_ps(t, f);
   __m512 p = _mm512_set1_ps(1.32764655e-3f);
@@ -133,7 +136,7 @@ HEADLIGHT_AMX_TARGET inline __m512 Exp2(__m512 t) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.40221202e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93146944e-1f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.00000012f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 HEADLIGHT_AMX_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
@@ -180,35 +183,47 @@ HEADLIGHT_AMX_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_
     _mm512_mask_storeu_ps(alpha + r, valid, al);
     _mm512_store_ps(m_new + r, mn);
   }
-  // C: P = 2^(s·scale·log2 e − m'·log2 e), its running sum per lane, and P rounded to bf16.
+  // C: P = 2^(s·scale·log2 e − m'·log2 e), its running sum per lane, and P rounded to bf16; four
+  // vectors per step, so that four exponentials' dependency chains overlap.
   const __m512 vc = _mm512_set1_ps(scale * kLog2e);
   for (size_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
     const float mn = m_new[r];
-    const __m512 vml = _mm512_set1_ps(mn * kLog2e);
-    const bool none = mn == ninf;  // no allowed key yet: P = 0
     auto* out = reinterpret_cast<char*>(pb + r * ldpb);
-    __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
+    float* lr = l + r * 16;
+    if (mn == ninf) {  // no allowed key yet: P = 0, and the sums stay (α = 1)
+      for (size_t c = 0; c < cols; c += 16)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), _mm256_setzero_si256());
+      continue;
+    }
+    const __m512 vml = _mm512_set1_ps(mn * kLog2e);
+    auto p_at = [&](size_t c) HEADLIGHT_AMX_TARGET {
+      return Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
+    };
+    __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, sum2 = sum0, sum3 = sum0;
     size_t c = 0;
+    for (; c + 64 <= cols; c += 64) {
+      const __m512 p0 = p_at(c), p1 = p_at(c + 16), p2 = p_at(c + 32), p3 = p_at(c + 48);
+      sum0 = _mm512_add_ps(sum0, p0);
+      sum1 = _mm512_add_ps(sum1, p1);
+      sum2 = _mm512_add_ps(sum2, p2);
+      sum3 = _mm512_add_ps(sum3, p3);
+      _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
+    }
     for (; c + 32 <= cols; c += 32) {
-      __m512 p0 = _mm512_setzero_ps(), p1 = p0;
-      if (!none) {
-        p0 = Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
-        p1 = Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), vc, vml));
-      }
+      const __m512 p0 = p_at(c), p1 = p_at(c + 16);
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
       _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
     }
     if (c < cols) {
-      const __m512 p0 =
-          none ? _mm512_setzero_ps() : Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
-      sum0 = _mm512_add_ps(sum0, p0);
+      const __m512 p0 = p_at(c);
+      sum2 = _mm512_add_ps(sum2, p0);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), (__m256i)_mm512_cvtneps_pbh(p0));
     }
-    float* lr = l + r * 16;
-    _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr),
-                                         _mm512_add_ps(sum0, sum1)));
+    const __m512 sum = _mm512_add_ps(_mm512_add_ps(sum0, sum1), _mm512_add_ps(sum2, sum3));
+    _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr), sum));
   }
 }
 

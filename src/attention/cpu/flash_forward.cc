@@ -193,8 +193,13 @@ struct RowResult {
 void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r) {
   const float inv = r.l > 0 ? 1.0f / r.l : 0.0f;
   if (p.out.is_bf16()) {
-    bf16* dst = p.out.bf16_at(b, h, i);
-    for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = to_bf16(r.o[x] * inv);
+    constexpr int64_t kChunk = 64;  // scaled into a buffer, then rounded as an array
+    float scaled[kChunk];
+    for (int64_t x0 = 0; x0 < p.shape.value_dim; x0 += kChunk) {
+      const int64_t n = std::min(kChunk, p.shape.value_dim - x0);
+      for (int64_t x = 0; x < n; ++x) scaled[x] = r.o[x0 + x] * inv;
+      to_bf16(scaled, p.out.bf16_at(b, h, i) + x0, static_cast<size_t>(n));
+    }
   } else {
     float* dst = p.out.at(b, h, i);
     for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = r.o[x] * inv;

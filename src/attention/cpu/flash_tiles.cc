@@ -156,17 +156,31 @@ void pack_block_bf16(const AttentionParams& p, const Plan& plan, int64_t b, int6
   const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim, ld = plan.bc_pad;
   const bf16 zero{};
   std::fill(dst, dst + plan.pairs * ld, 0u);
+  // Kᵀ: a key row's whole pairs are its 32-bit words (read as such), the last odd element alone.
+  const int64_t whole = D / 2;
   for (int64_t c = 0; c < cols; ++c) {
     const bf16* k = p.k.bf16_at(b, g, j0 + c);
-    for (int64_t e = 0; e < plan.pairs; ++e) dst[e * ld + c] = pair_at(k, D, e);
+    for (int64_t e = 0; e < whole; ++e) {
+      uint32_t word;
+      std::memcpy(&word, k + 2 * e, 4);
+      dst[e * ld + c] = word;
+    }
+    if (D % 2) dst[whole * ld + c] = pair_at(k, D, whole);
   }
+  // V: pairs of value rows interleaved, two keys a word (branch-free for whole pairs).
   uint32_t* v = dst + plan.pairs * ld;
   for (int64_t c2 = 0; c2 < ld / 2; ++c2) {
     uint32_t* row = v + c2 * plan.dv_pad;
     const int64_t c = 2 * c2;
-    const bf16* v0 = c < cols ? p.v.bf16_at(b, g, j0 + c) : nullptr;
-    const bf16* v1 = c + 1 < cols ? p.v.bf16_at(b, g, j0 + c + 1) : nullptr;
-    for (int64_t x = 0; x < Dv; ++x) row[x] = pair_word(v0 ? v0[x] : zero, v1 ? v1[x] : zero);
+    if (c + 1 < cols) {
+      const uint16_t* v0 = &p.v.bf16_at(b, g, j0 + c)->bits;
+      const uint16_t* v1 = &p.v.bf16_at(b, g, j0 + c + 1)->bits;
+      for (int64_t x = 0; x < Dv; ++x)
+        row[x] = static_cast<uint32_t>(v0[x]) | static_cast<uint32_t>(v1[x]) << 16;
+    } else {
+      const bf16* v0 = c < cols ? p.v.bf16_at(b, g, j0 + c) : nullptr;
+      for (int64_t x = 0; x < Dv; ++x) row[x] = pair_word(v0 ? v0[x] : zero, zero);
+    }
     std::fill(row + Dv, row + plan.dv_pad, 0u);
   }
 }
@@ -255,10 +269,12 @@ const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan&
 
 void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int64_t h, int64_t i0,
                       int64_t rows, uint32_t* dst) {
-  const int64_t D = p.shape.head_dim;
+  const int64_t D = p.shape.head_dim, whole = D / 2;
   for (int64_t r = 0; r < rows; ++r) {
     const bf16* src = p.q.bf16_at(b, h, i0 + r);
-    for (int64_t e = 0; e < plan.pairs; ++e) dst[r * plan.pairs + e] = pair_at(src, D, e);
+    uint32_t* row = dst + r * plan.pairs;
+    std::memcpy(row, src, static_cast<size_t>(whole) * 4);  // whole pairs are the row's words
+    for (int64_t e = whole; e < plan.pairs; ++e) row[e] = pair_at(src, D, e);
   }
 }
 
