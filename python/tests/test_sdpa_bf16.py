@@ -172,7 +172,9 @@ def test_bf16_gradients_are_within_three_times_a_plain_bf16_implementation(ls, d
     plain_grads = autograd(torch.bfloat16, plain)
     for ours, theirs, ref, name in zip(grads, plain_grads, exact_grads, "qkv"):
         e_ours, e_theirs = err(ours, ref), err(theirs, ref)
-        assert e_ours <= 3 * e_theirs or e_ours <= 1e-6, (name, e_ours, e_theirs)
+        # (Where the plain implementation is exact — one key: dQ and dK are 0 — ours differs by
+        # fp32 summation order, D = dO·O against dP = dO·Vᵀ: allowed up to 1e-5 of O(1) gradients.)
+        assert e_ours <= 3 * e_theirs or e_ours <= 1e-5, (name, e_ours, e_theirs)
 
 
 def teardown_module():

@@ -115,7 +115,24 @@ void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice)
   }
   if (p.q.is_bf16()) {
     validate(p, /*backward=*/true);
-    backward_widened(ctx, p);
+    if (!cpu::bf16_backward_available(p)) return backward_widened(ctx, p);
+    // AMX: the forward's output and lse, recomputed (fp32 output) when the caller did not keep
+    // them.
+    AttentionParams fused = p;
+    Tensor out, lse;
+    if (!fused.out.defined() || fused.lse == nullptr) {
+      const AttentionShape& s = p.shape;
+      out = Tensor(DType::f32, {s.batch, s.heads, s.len_q, s.value_dim});
+      lse = Tensor(DType::f32, {s.batch, s.heads, s.len_q});
+      fused.out = Operand{.data = out.data(),
+                          .batch_stride = s.heads * s.len_q * s.value_dim,
+                          .head_stride = s.len_q * s.value_dim,
+                          .row_stride = s.value_dim};
+      fused.lse = lse.data();
+      fused.probs = nullptr;
+      cpu::flash_forward(ctx, fused);
+    }
+    cpu::flash_backward_bf16(ctx, fused);
     return;
   }
   // The fused backward needs the forward's output and log-sum-exp; recompute them when the

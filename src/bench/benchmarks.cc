@@ -16,6 +16,7 @@
 
 #include "headlight/attention/cpu/flash_backward.h"
 #include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/attention/dispatch.h"
 #include "headlight/attention/reference.h"
 #include "headlight/core/bf16.h"
 #include "headlight/core/cpu_info.h"
@@ -149,8 +150,8 @@ AttentionBenchConfig resolved(const AttentionBenchConfig& config) {
         "probs-heads: only with the fused forward");
   check(c.dtype == DType::f32 || c.dtype == DType::bf16, "dtype: must be f32 or bf16, got {}",
         dtype_name(c.dtype));
-  check(c.dtype == DType::f32 || (!c.backward && c.kernel != AttentionKernel::unfused),
-        "dtype bf16: the fused and reference forwards only (no backward or unfused path yet)");
+  check(c.dtype == DType::f32 || c.kernel != AttentionKernel::unfused,
+        "dtype bf16: the fused and reference kernels only (the unfused path is fp32)");
   return c;
 }
 
@@ -193,14 +194,14 @@ struct AttentionBuffers {
     p.v = operand(v, G * S * D, S * D, D);
     p.out = operand(out, H * L * D, L * D, D);
     p.lse = lse.data();
-    if (c.backward) {
-      dq = Tensor::zeros(q.shape());
-      dk = Tensor::zeros(k.shape());
-      dv = Tensor::zeros(v.shape());
+    if (c.backward) {  // gradients in the inputs' dtype, as PyTorch gives them
+      dq = Tensor::zeros(c.dtype, q.shape());
+      dk = Tensor::zeros(c.dtype, k.shape());
+      dv = Tensor::zeros(c.dtype, v.shape());
       p.dout = p.out;
-      p.dq = {.data = dq.data(), .batch_stride = H * L * D, .head_stride = L * D, .row_stride = D};
-      p.dk = {.data = dk.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
-      p.dv = {.data = dv.data(), .batch_stride = G * S * D, .head_stride = S * D, .row_stride = D};
+      p.dq = operand(dq, H * L * D, L * D, D);
+      p.dk = operand(dk, G * S * D, S * D, D);
+      p.dv = operand(dv, G * S * D, S * D, D);
     }
   }
   AttentionBuffers(const AttentionBuffers&) = delete;  // p points into the tensors
@@ -229,6 +230,8 @@ std::function<void()> kernel_call(ThreadContext& ctx, const AttentionBenchConfig
                                   const attention::cpu::ProbabilitiesRequest& request) {
   if (c.kernel == AttentionKernel::fused && c.backward) {
     attention::cpu::flash_forward(ctx, p);  // out and lse, as a training step keeps them
+    if (c.dtype == DType::bf16)  // AMX where the CPU has it, else the widened fp32 kernel
+      return [&] { attention::backward(ctx, p, attention::KernelChoice::fused); };
     return [&] { attention::cpu::flash_backward(ctx, p); };
   }
   if (c.kernel == AttentionKernel::fused)

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attention_test_util.h"
+#include "headlight/attention/cpu/flash_backward.h"
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/dispatch.h"
 #include "headlight/attention/reference.h"
@@ -187,47 +188,97 @@ TEST(FlashBf16, BitwiseTheSameForAnyThreadCount) {
   }
 }
 
+// Max |a − b| relative to the largest |b| (or 1 when that is smaller).
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 1.0;
+  for (float x : b) scale = std::max(scale, double(std::fabs(x)));
+  return max_diff(a, b) / scale;
+}
+
 TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {
-  // The fused bf16 backward (fp32 arithmetic on the bf16 values) against the reference (double):
-  // fp32 rounding only. Gradients into fp32 operands, and into bf16 ones (rounded once).
+  // The fused bf16 backward against the reference (double on the bf16 values), every option, on
+  // both paths: AMX (where the CPU has it: P', dS and an fp32 dO rounded to bf16 for the products,
+  // each rounding 2⁻⁹ relative to a term of a sum that may cancel, so the bound is taken as 1/64 of
+  // the gradient's scale; the Python tests hold the errors to 3× a plain bf16 implementation's),
+  // and the widened fp32 kernel (HEADLIGHT_ISA=avx3: fp32 rounding only). Gradients into fp32
+  // operands, and into bf16 ones (the same values rounded once).
   ThreadContext ctx(2);
-  for (const OptionCase& c : option_cases()) {
-    SCOPED_TRACE(c.name);
-    CaseData data;
-    c.setup(data);
-    Bf16Problem ref(c.shape, 41), fused(c.shape, 41), half(c.shape, 41);
-    AttentionParams pr = ref.params(data.options, false);
-    reference::backward(pr);
-    // Without the forward's output the backward recomputes it in fp32: fp32 rounding only.
-    AttentionParams pf = fused.params(data.options, false);
-    pf.out = {};
-    pf.lse = nullptr;
-    backward(ctx, pf, KernelChoice::fused);
-    EXPECT_LE(max_diff(fused.f.dq, ref.f.dq), 2e-5);
-    EXPECT_LE(max_diff(fused.f.dk, ref.f.dk), 2e-5);
-    EXPECT_LE(max_diff(fused.f.dv, ref.f.dv), 2e-5);
-    // With the bf16 forward's output and log-sum-exp (as training keeps them), D = dO·O carries the
-    // forward's rounding of P (≤ 2⁻⁹·max|v| per output element): dV is unchanged, dQ and dK move
-    // by at most that times Σ|dO| and the scores' gradients' sizes, here below 2·10⁻³.
-    Bf16Problem kept(c.shape, 41);
-    const AttentionParams pk = kept.params(data.options, false);
-    forward(ctx, pk, KernelChoice::fused);
-    backward(ctx, pk, KernelChoice::fused);
-    EXPECT_LE(max_diff(kept.f.dq, ref.f.dq), 2e-3);
-    EXPECT_LE(max_diff(kept.f.dk, ref.f.dk), 2e-3);
-    EXPECT_LE(max_diff(kept.f.dv, ref.f.dv), 2e-5);
-    AttentionParams ph = half.params(data.options, false);
-    ph.out = {};
-    ph.lse = nullptr;
-    std::vector<bf16> dq(half.f.dq.size()), dk(half.f.dk.size()), dv(half.f.dv.size());
-    const AttentionShape& s = c.shape;
-    ph.dq = Bf16Problem::operand(dq, s.heads, s.len_q, s.head_dim);
-    ph.dk = Bf16Problem::operand(dk, s.kv_heads, s.len_kv, s.head_dim);
-    ph.dv = Bf16Problem::operand(dv, s.kv_heads, s.len_kv, s.value_dim);
-    backward(ctx, ph, KernelChoice::fused);
-    for (size_t i = 0; i < dq.size(); ++i) EXPECT_EQ(dq[i].bits, to_bf16(fused.f.dq[i]).bits);
-    for (size_t i = 0; i < dk.size(); ++i) EXPECT_EQ(dk[i].bits, to_bf16(fused.f.dk[i]).bits);
-    for (size_t i = 0; i < dv.size(); ++i) EXPECT_EQ(dv[i].bits, to_bf16(fused.f.dv[i]).bits);
+  for (const char* isa : {"best", "avx3"}) {
+    force_isa(isa);
+    const bool amx =
+        cpu::bf16_backward_available(Bf16Problem({1, 1, 1, 1, 1, 1, 1}, 1).params({}, false));
+    SCOPED_TRACE(::testing::Message() << "isa " << isa << (amx ? " (AMX)" : " (widened)"));
+    const double tol = amx ? 1.0 / 64 : 2e-5;
+    for (const OptionCase& c : option_cases()) {
+      SCOPED_TRACE(c.name);
+      CaseData data;
+      c.setup(data);
+      Bf16Problem ref(c.shape, 41), fused(c.shape, 41), half(c.shape, 41);
+      AttentionParams pr = ref.params(data.options, false);
+      reference::backward(pr);
+      // Without the forward's output the backward recomputes it.
+      AttentionParams pf = fused.params(data.options, false);
+      pf.out = {};
+      pf.lse = nullptr;
+      backward(ctx, pf, KernelChoice::fused);
+      EXPECT_LE(rel_diff(fused.f.dq, ref.f.dq), tol);
+      EXPECT_LE(rel_diff(fused.f.dk, ref.f.dk), tol);
+      EXPECT_LE(rel_diff(fused.f.dv, ref.f.dv), tol);
+      // With the bf16 forward's output and log-sum-exp (as training keeps them), D = dO·O carries
+      // the forward's rounding of P (≤ 2⁻⁹·max|v| per output element): dQ and dK move by at most
+      // that times Σ|dO| and the scores' gradients' sizes, here below 2·10⁻³.
+      Bf16Problem kept(c.shape, 41);
+      const AttentionParams pk = kept.params(data.options, false);
+      forward(ctx, pk, KernelChoice::fused);
+      backward(ctx, pk, KernelChoice::fused);
+      EXPECT_LE(rel_diff(kept.f.dq, ref.f.dq), tol + 2e-3);
+      EXPECT_LE(rel_diff(kept.f.dk, ref.f.dk), tol + 2e-3);
+      EXPECT_LE(rel_diff(kept.f.dv, ref.f.dv), tol);
+      AttentionParams ph = half.params(data.options, false);
+      ph.out = {};
+      ph.lse = nullptr;
+      std::vector<bf16> dq(half.f.dq.size()), dk(half.f.dk.size()), dv(half.f.dv.size());
+      const AttentionShape& s = c.shape;
+      ph.dq = Bf16Problem::operand(dq, s.heads, s.len_q, s.head_dim);
+      ph.dk = Bf16Problem::operand(dk, s.kv_heads, s.len_kv, s.head_dim);
+      ph.dv = Bf16Problem::operand(dv, s.kv_heads, s.len_kv, s.value_dim);
+      backward(ctx, ph, KernelChoice::fused);
+      for (size_t i = 0; i < dq.size(); ++i) EXPECT_EQ(dq[i].bits, to_bf16(fused.f.dq[i]).bits);
+      for (size_t i = 0; i < dk.size(); ++i) EXPECT_EQ(dk[i].bits, to_bf16(fused.f.dk[i]).bits);
+      for (size_t i = 0; i < dv.size(); ++i) EXPECT_EQ(dv[i].bits, to_bf16(fused.f.dv[i]).bits);
+    }
+  }
+  force_isa("best");
+}
+
+TEST(FlashBf16, BackwardIsBitwiseTheSameForAnyThreadCountAndLongChunks) {
+  // Several query chunks (their partial dK and dV added in order), GQA, causal; any thread count.
+  const AttentionShape shape{1, 4, 2, 2100, 700, 64, 48};
+  AttentionOptions o;
+  o.causal = true;
+  o.alignment = Alignment::bottom_right;
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    ThreadContext ctx(threads);
+    Bf16Problem pb(shape, 8);
+    AttentionParams p = pb.params(o, false);
+    p.out = {};
+    p.lse = nullptr;
+    backward(ctx, p, KernelChoice::fused);
+    std::vector<float> all = pb.f.dq;
+    all.insert(all.end(), pb.f.dk.begin(), pb.f.dk.end());
+    all.insert(all.end(), pb.f.dv.begin(), pb.f.dv.end());
+    if (first.empty()) {
+      first = all;
+      Bf16Problem ref(shape, 8);
+      AttentionParams pr = ref.params(o, false);
+      reference::backward(pr);
+      EXPECT_LE(rel_diff(pb.f.dq, ref.f.dq), 1.0 / 64);
+      EXPECT_LE(rel_diff(pb.f.dk, ref.f.dk), 1.0 / 64);
+      EXPECT_LE(rel_diff(pb.f.dv, ref.f.dv), 1.0 / 64);
+    }
+    EXPECT_EQ(std::memcmp(first.data(), all.data(), all.size() * sizeof(float)), 0)
+        << threads << " threads";
   }
 }
 

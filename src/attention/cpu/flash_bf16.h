@@ -58,6 +58,15 @@ void qk_tile(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, siz
              size_t pairs, size_t cols, float scale, float* s, size_t lds);
 void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha);
+// c[rows, cols] = (or += with accumulate) a · b: a bf16 rows [rows, 32·steps] (leading dim lda
+// elements), b pair words [16·steps, ldb]; rows and cols multiples of 16.
+void product(const bf16* a, size_t lda, size_t rows, const uint32_t* b, size_t ldb, size_t steps,
+             size_t cols, float* c, size_t ldc, bool accumulate);
+// x [rows, cols] fp32 (leading dim ldx) rounded to bf16 (vcvtneps2bf16: nearest even, denormals
+// to zero, as the products read them anyway) into row pairs dst [rows_pad / 2, ld] words: word
+// (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.
+void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad, size_t cols, uint32_t* dst,
+               size_t ld);
 // The online softmax of the AMX path (flash_kernels.h's softmax_rows with SoftmaxExtras{.scale,
 // .pb} and no statistics; the same m, l [rows, 16] and α), on AVX-512 with vscalefps and
 // vcvtne2ps2bf16: about half the instructions of the portable loop.

@@ -150,39 +150,51 @@ uint32_t pair_at(const bf16* row, int64_t dim, int64_t e) {
   return pair_word(2 * e < dim ? row[2 * e] : zero, 2 * e + 1 < dim ? row[2 * e + 1] : zero);
 }
 
+}  // namespace
+
+void pack_pairs_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
+                           int64_t width, int64_t pairs, int64_t ld, uint32_t* dst) {
+  std::fill(dst, dst + pairs * ld, 0u);
+  // A row's whole pairs are its 32-bit words (read as such), the last odd element alone.
+  const int64_t whole = width / 2;
+  for (int64_t c = 0; c < cols; ++c) {
+    const bf16* row = x.bf16_at(b, g, j0 + c);
+    for (int64_t e = 0; e < whole; ++e) {
+      uint32_t word;
+      std::memcpy(&word, row + 2 * e, 4);
+      dst[e * ld + c] = word;
+    }
+    if (width % 2) dst[whole * ld + c] = pair_at(row, width, whole);
+  }
+}
+
+void pack_row_pairs(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols, int64_t width,
+                    int64_t rows_pad, int64_t ld, uint32_t* dst) {
+  const bf16 zero{};
+  for (int64_t c2 = 0; c2 < rows_pad / 2; ++c2) {
+    uint32_t* row = dst + c2 * ld;
+    const int64_t c = 2 * c2;
+    if (c + 1 < cols) {  // branch-free for whole pairs
+      const uint16_t* x0 = &x.bf16_at(b, g, j0 + c)->bits;
+      const uint16_t* x1 = &x.bf16_at(b, g, j0 + c + 1)->bits;
+      for (int64_t e = 0; e < width; ++e)
+        row[e] = static_cast<uint32_t>(x0[e]) | static_cast<uint32_t>(x1[e]) << 16;
+    } else {
+      const bf16* x0 = c < cols ? x.bf16_at(b, g, j0 + c) : nullptr;
+      for (int64_t e = 0; e < width; ++e) row[e] = pair_word(x0 ? x0[e] : zero, zero);
+    }
+    std::fill(row + width, row + ld, 0u);
+  }
+}
+
+namespace {
+
 // bf16: Kᵀ as pair words [pairs, bc_pad] and V as pair words [bc_pad / 2, dv_pad], zero-padded.
 void pack_block_bf16(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t j0,
                      int64_t cols, uint32_t* dst) {
-  const int64_t D = p.shape.head_dim, Dv = p.shape.value_dim, ld = plan.bc_pad;
-  const bf16 zero{};
-  std::fill(dst, dst + plan.pairs * ld, 0u);
-  // Kᵀ: a key row's whole pairs are its 32-bit words (read as such), the last odd element alone.
-  const int64_t whole = D / 2;
-  for (int64_t c = 0; c < cols; ++c) {
-    const bf16* k = p.k.bf16_at(b, g, j0 + c);
-    for (int64_t e = 0; e < whole; ++e) {
-      uint32_t word;
-      std::memcpy(&word, k + 2 * e, 4);
-      dst[e * ld + c] = word;
-    }
-    if (D % 2) dst[whole * ld + c] = pair_at(k, D, whole);
-  }
-  // V: pairs of value rows interleaved, two keys a word (branch-free for whole pairs).
-  uint32_t* v = dst + plan.pairs * ld;
-  for (int64_t c2 = 0; c2 < ld / 2; ++c2) {
-    uint32_t* row = v + c2 * plan.dv_pad;
-    const int64_t c = 2 * c2;
-    if (c + 1 < cols) {
-      const uint16_t* v0 = &p.v.bf16_at(b, g, j0 + c)->bits;
-      const uint16_t* v1 = &p.v.bf16_at(b, g, j0 + c + 1)->bits;
-      for (int64_t x = 0; x < Dv; ++x)
-        row[x] = static_cast<uint32_t>(v0[x]) | static_cast<uint32_t>(v1[x]) << 16;
-    } else {
-      const bf16* v0 = c < cols ? p.v.bf16_at(b, g, j0 + c) : nullptr;
-      for (int64_t x = 0; x < Dv; ++x) row[x] = pair_word(v0 ? v0[x] : zero, zero);
-    }
-    std::fill(row + Dv, row + plan.dv_pad, 0u);
-  }
+  pack_pairs_transposed(p.k, b, g, j0, cols, p.shape.head_dim, plan.pairs, plan.bc_pad, dst);
+  pack_row_pairs(p.v, b, g, j0, cols, p.shape.value_dim, plan.bc_pad, plan.dv_pad,
+                 dst + plan.pairs * plan.bc_pad);
 }
 
 }  // namespace

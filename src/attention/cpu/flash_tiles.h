@@ -144,6 +144,15 @@ const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan&
 void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
                   float* dst);
 
+// bf16 packing of rows j0 .. j0 + cols of (b, g) of a bf16 operand `width` wide, zero-padded:
+// pack_pairs_transposed: dst [pairs, ld] pair words, word (e, c) = (x[c, 2e], x[c, 2e + 1]) (Kᵀ);
+// pack_row_pairs: dst [rows_pad / 2, ld] pair words, word (c2, e) = (x[2·c2, e], x[2·c2 + 1, e])
+// (V, and K for the backward's dQ).
+void pack_pairs_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
+                           int64_t width, int64_t pairs, int64_t ld, uint32_t* dst);
+void pack_row_pairs(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols, int64_t width,
+                    int64_t rows_pad, int64_t ld, uint32_t* dst);
+
 // bf16: copies the query rows [i0, i0 + rows) of head h as pair words into dst [rows, pairs]
 // (unscaled; the bf16 product applies the scale to its fp32 sums).
 void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int64_t h, int64_t i0,

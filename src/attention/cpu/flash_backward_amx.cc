@@ -1,0 +1,362 @@
+// The backward of bf16 attention on AMX tiles: FlashAttention-2's backward (flash_backward.cc has
+// the math) with its five tile products on the matrix unit. Per (query tile × key block):
+//     S   = Q·Kᵀ        A = Q pair words [rows, D/2],   B = Kᵀ pair words [D/2, keys]
+//     dP' = dO·Vᵀ       A = dO pair words [rows, Dv/2], B = Vᵀ pair words [Dv/2, keys]
+//     dVᵀ += dOᵀ·P'     A = dOᵀ bf16 [Dv, rows],        B = P' in row pairs [rows/2, keys]
+//     dKᵀ += Qᵀ·dS      A = Qᵀ bf16 [D, rows],          B = dS in row pairs [rows/2, keys]
+//     dQ  += dS·K       A = dS bf16 [rows, keys],       B = K in key pairs [keys/2, D]
+// The key and value gradients are accumulated transposed ([D, keys]: the query rows are the
+// reduction, and the products reduce over pairs of adjacent rows of B), so that no tile of P or dS
+// needs transposing; each key block's dKᵀ and dVᵀ are transposed once into the partial buffers.
+// P' and dS are rounded to bf16 for the products (the forward rounds P the same way); P itself,
+// the softmax gradient, the masks, soft-cap and dropout are the fp32 code of the fp32 backward.
+//
+// Items and determinism as in flash_backward.cc: (batch, kv head, chunk of query rows), the chunk
+// count from L_q alone; every item writes its chunk's slice of fp32 partial dK and dV, added in
+// chunk order at the end (then rounded into bf16 gradients, or copied into fp32 ones).
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "headlight/attention/cpu/flash_backward.h"
+#include "headlight/core/bf16.h"
+#include "headlight/core/cpu_info.h"
+#include "headlight/core/error.h"
+#include "headlight/core/tensor.h"
+#include "src/attention/cpu/flash_bf16.h"
+#include "src/attention/cpu/flash_kernels.h"
+#include "src/attention/cpu/flash_tiles.h"
+
+namespace headlight::attention::cpu {
+namespace {
+
+constexpr int64_t kMaxChunks = 4;
+constexpr int64_t kChunkRows = 1024;
+constexpr int64_t kTileRows = 64;  // query rows per tile (a multiple of 32: the row-pair products)
+
+struct AmxBackwardPlan {
+  int64_t D, Dv, G;
+  int64_t p16;        // D's pairs, padded to 16 (Q and Kᵀ pair words)
+  int64_t pv16;       // Dv's pairs, padded to 16 (dO and Vᵀ pair words)
+  int64_t d16, dv16;  // D and Dv padded to 16 (rows of dKᵀ and dVᵀ, width of dQ and K pairs)
+  int64_t bc;         // keys per block, padded to 32
+  int64_t br;         // query rows per tile (32 or 64)
+  int64_t chunks, chunk_rows, cr;  // query chunks; rows per chunk; padded to whole tiles
+  int64_t kv_blocks;
+  int64_t block_words;  // packed key block: Kᵀ [p16, bc], Vᵀ [pv16, bc], K pairs [bc/2, d16]
+};
+
+AmxBackwardPlan make_amx_plan(const AttentionParams& p) {
+  const AttentionShape& sh = p.shape;
+  AmxBackwardPlan a;
+  a.D = sh.head_dim, a.Dv = sh.value_dim, a.G = sh.heads / sh.kv_heads;
+  a.p16 = round_up(std::max<int64_t>((a.D + 1) / 2, 1), 16);
+  a.pv16 = round_up(std::max<int64_t>((a.Dv + 1) / 2, 1), 16);
+  a.d16 = round_up(std::max<int64_t>(a.D, 1), 16);
+  a.dv16 = round_up(std::max<int64_t>(a.Dv, 1), 16);
+  a.bc = round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), 32);
+  a.br = std::min<int64_t>(kTileRows, round_up(std::max<int64_t>(sh.len_q, 1), 32));
+  a.chunks = std::clamp<int64_t>((sh.len_q + kChunkRows - 1) / kChunkRows, 1, kMaxChunks);
+  a.chunk_rows = (sh.len_q + a.chunks - 1) / a.chunks;
+  a.cr = round_up(std::max<int64_t>(a.chunk_rows, 1), a.br);
+  a.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
+  a.block_words = a.p16 * a.bc + a.pv16 * a.bc + a.bc / 2 * a.d16;
+  return a;
+}
+
+// One worker's scratch (sizes in elements of their types).
+struct AmxScratch {
+  uint32_t* qp;     // [G, cr, p16] query pair words
+  bf16* qt;         // [G, d16, cr] queries transposed
+  uint32_t* dop;    // [G, cr, pv16] output-gradient pair words
+  bf16* dot;        // [G, dv16, cr] output gradients transposed
+  float* dq;        // [G, cr, d16] dQ / scale
+  float* dkt;       // [d16, bc] dKᵀ / scale of the current key block
+  float* dvt;       // [dv16, bc] dVᵀ
+  float* s;         // [br, bc] scores, then P
+  float* pd;        // [br, bc] P after dropout
+  float* dp;        // [br, bc] dP, then dS
+  float* aux;       // [br, bc] soft-cap derivatives
+  uint32_t* pairs;  // [br / 2, bc] P' or dS in row pairs
+  bf16* ds;         // [br, bc] dS rounded
+};
+
+size_t scratch_bytes(const AmxBackwardPlan& a) {
+  const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br;
+  const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + br / 2 * bc;
+  const int64_t halves = G * a.d16 * cr + G * a.dv16 * cr + br * bc;
+  const int64_t floats = G * cr * a.d16 + a.d16 * bc + a.dv16 * bc + 4 * br * bc;
+  return static_cast<size_t>(4 * words + 2 * halves + 4 * floats + 64 * 16);
+}
+
+AmxScratch carve(void* base, const AmxBackwardPlan& a) {
+  auto* at = static_cast<char*>(base);
+  auto take = [&](int64_t bytes) {
+    char* here = at;
+    at += round_up(bytes, 64);
+    return here;
+  };
+  const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br;
+  AmxScratch w;
+  w.qp = reinterpret_cast<uint32_t*>(take(4 * G * cr * a.p16));
+  w.qt = reinterpret_cast<bf16*>(take(2 * G * a.d16 * cr));
+  w.dop = reinterpret_cast<uint32_t*>(take(4 * G * cr * a.pv16));
+  w.dot = reinterpret_cast<bf16*>(take(2 * G * a.dv16 * cr));
+  w.dq = reinterpret_cast<float*>(take(4 * G * cr * a.d16));
+  w.dkt = reinterpret_cast<float*>(take(4 * a.d16 * bc));
+  w.dvt = reinterpret_cast<float*>(take(4 * a.dv16 * bc));
+  w.s = reinterpret_cast<float*>(take(4 * br * bc));
+  w.pd = reinterpret_cast<float*>(take(4 * br * bc));
+  w.dp = reinterpret_cast<float*>(take(4 * br * bc));
+  w.aux = reinterpret_cast<float*>(take(4 * br * bc));
+  w.pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * bc));
+  w.ds = reinterpret_cast<bf16*>(take(2 * br * bc));
+  return w;
+}
+
+// Rows r0 .. r0 + rows of x (b, h), `width` wide, as bf16 (rounded when x is fp32): into pair words
+// dst [rows, pairs] (zero past width) and transposed into dst_t [width_pad, ld_t] (columns from
+// c0; the caller zeroes what lies beyond).
+void pack_item_rows(const Operand& x, int64_t b, int64_t h, int64_t r0, int64_t rows, int64_t width,
+                    int64_t pairs, uint32_t* dst, bf16* dst_t, int64_t ld_t) {
+  std::vector<bf16> row(static_cast<size_t>(2 * pairs));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::fill(row.begin(), row.end(), bf16{});
+    for (int64_t e = 0; e < width; ++e)
+      row[static_cast<size_t>(e)] = to_bf16(x.value(b, h, r0 + r, e));
+    std::memcpy(dst + r * pairs, row.data(), static_cast<size_t>(pairs) * 4);
+    for (int64_t e = 0; e < width; ++e) dst_t[e * ld_t + r] = row[static_cast<size_t>(e)];
+  }
+}
+
+struct Item {
+  int64_t b, g, c, row_begin, row_end;
+};
+
+void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScratch& w,
+              const uint32_t* packed, const float* dots, float* dk_part, float* dv_part,
+              const Item& it) {
+  const AttentionShape& sh = p.shape;
+  const AttentionOptions& o = p.options;
+  const int64_t G = a.G, D = a.D, Dv = a.Dv, bc = a.bc, br = a.br, cr = a.cr;
+  const int64_t rows_total = it.row_end - it.row_begin;
+  const float scale = effective_scale(p);
+  amx_configure_tiles();
+
+  std::fill(w.qp, w.qp + G * cr * a.p16, 0u);
+  std::fill(w.qt, w.qt + G * a.d16 * cr, bf16{});
+  std::fill(w.dop, w.dop + G * cr * a.pv16, 0u);
+  std::fill(w.dot, w.dot + G * a.dv16 * cr, bf16{});
+  std::fill(w.dq, w.dq + G * cr * a.d16, 0.0f);
+  for (int64_t hg = 0; hg < G; ++hg) {
+    const int64_t h = it.g * G + hg;
+    pack_item_rows(p.q, it.b, h, it.row_begin, rows_total, D, a.p16, w.qp + hg * cr * a.p16,
+                   w.qt + hg * a.d16 * cr, cr);
+    pack_item_rows(p.dout, it.b, h, it.row_begin, rows_total, Dv, a.pv16, w.dop + hg * cr * a.pv16,
+                   w.dot + hg * a.dv16 * cr, cr);
+  }
+
+  const KeyRange first = key_range(p, it.b, it.row_begin);
+  const KeyRange last = key_range(p, it.b, it.row_end - 1);
+  const int64_t j_begin = std::max<int64_t>(first.lo, 0);
+  const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
+  const uint32_t* blocks = packed + (it.b * sh.kv_heads + it.g) * a.kv_blocks * a.block_words;
+  for (int64_t blk = 0; blk < a.kv_blocks; ++blk) {
+    const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
+    float* dk_rows = dk_part + j0 * D;
+    float* dv_rows = dv_part + j0 * Dv;
+    if (j0 + cols <= j_begin || j0 >= j_end) {  // no row of the chunk sees this block
+      std::fill(dk_rows, dk_rows + cols * D, 0.0f);
+      std::fill(dv_rows, dv_rows + cols * Dv, 0.0f);
+      continue;
+    }
+    const uint32_t* kt = blocks + blk * a.block_words;
+    const uint32_t* vt = kt + a.p16 * bc;
+    const uint32_t* kp = vt + a.pv16 * bc;
+    std::fill(w.dkt, w.dkt + a.d16 * bc, 0.0f);
+    std::fill(w.dvt, w.dvt + a.dv16 * bc, 0.0f);
+    for (int64_t hg = 0; hg < G; ++hg) {
+      const int64_t h = it.g * G + hg;
+      for (int64_t i0 = it.row_begin; i0 < it.row_end; i0 += br) {
+        const int64_t rows = std::min(br, it.row_end - i0), r16 = round_up(rows, 16);
+        const int64_t r32 = round_up(rows, 32), at = i0 - it.row_begin;
+        const KeyRange lo_row = key_range(p, it.b, i0), hi_row = key_range(p, it.b, i0 + rows - 1);
+        if (hi_row.hi < j0 || lo_row.lo > j0 + cols - 1) continue;
+        const int64_t tcols = std::min(cols, hi_row.hi + 1 - j0);
+        const int64_t cols_pad = round_up(tcols, 16), cols32 = round_up(cols_pad, 32);
+        const TilePos tile{
+            it.b, h, i0, rows, j0, tcols, !(hi_row.lo <= j0 && lo_row.hi >= j0 + tcols - 1)};
+        const float* lse = p.lse + (it.b * sh.heads + h) * sh.len_q + i0;
+        const float* dot_rows = dots + (it.b * sh.heads + h) * sh.len_q + i0;
+        // S (scaled) and P.
+        kernels::amx::qk_tile(w.qp + (hg * cr + at) * a.p16, static_cast<size_t>(a.p16),
+                              static_cast<size_t>(r16), kt, static_cast<size_t>(bc),
+                              static_cast<size_t>(a.p16), static_cast<size_t>(cols_pad), scale, w.s,
+                              static_cast<size_t>(bc));
+        if (o.softcap > 0) {
+          kernels::softcap_tile(w.s, rows, cols_pad, bc, o.softcap);
+          for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(w.aux + r * bc, w.s + r * bc, static_cast<size_t>(cols_pad) * 4);
+          kernels::softcap_grad_tile(w.aux, rows, cols_pad, bc, o.softcap);
+        }
+        apply_element_masks(p, tile, cols_pad, w.s, bc);
+        kernels::exp_shift_rows(w.s, rows, cols_pad, bc, lse);
+        // dP' = dO · Vᵀ.
+        kernels::amx::qk_tile(w.dop + (hg * cr + at) * a.pv16, static_cast<size_t>(a.pv16),
+                              static_cast<size_t>(r16), vt, static_cast<size_t>(bc),
+                              static_cast<size_t>(a.pv16), static_cast<size_t>(cols_pad), 1.0f,
+                              w.dp, static_cast<size_t>(bc));
+        const float* pd = w.s;
+        if (o.dropout_p > 0) {
+          for (int64_t r = 0; r < rows; ++r)
+            std::fill(w.pd + r * bc, w.pd + r * bc + cols_pad, 1.0f);
+          apply_dropout(p, tile, w.pd, bc);
+          kernels::mul_tile(w.dp, w.pd, rows, cols_pad, bc);
+          kernels::mul_tile(w.pd, w.s, rows, cols_pad, bc);
+          pd = w.pd;
+        }
+        // dVᵀ += dOᵀ · P'.
+        kernels::amx::row_pairs(pd, static_cast<size_t>(bc), static_cast<size_t>(rows),
+                                static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
+                                static_cast<size_t>(bc));
+        kernels::amx::product(w.dot + hg * a.dv16 * cr + at, static_cast<size_t>(cr),
+                              static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(bc),
+                              static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
+                              static_cast<size_t>(bc), true);
+        // dS, then dKᵀ += Qᵀ · dS and dQ += dS · K.
+        kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, bc, dot_rows);
+        if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, bc);
+        kernels::amx::row_pairs(w.dp, static_cast<size_t>(bc), static_cast<size_t>(rows),
+                                static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
+                                static_cast<size_t>(bc));
+        kernels::amx::product(w.qt + hg * a.d16 * cr + at, static_cast<size_t>(cr),
+                              static_cast<size_t>(a.d16), w.pairs, static_cast<size_t>(bc),
+                              static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
+                              static_cast<size_t>(bc), true);
+        for (int64_t r = 0; r < r16; ++r) {
+          bf16* out = w.ds + r * bc;
+          if (r < rows)
+            to_bf16(w.dp + r * bc, out, static_cast<size_t>(cols_pad));
+          else
+            std::fill(out, out + cols_pad, bf16{});
+          std::fill(out + cols_pad, out + cols32, bf16{});
+        }
+        kernels::amx::product(w.ds, static_cast<size_t>(bc), static_cast<size_t>(r16), kp,
+                              static_cast<size_t>(a.d16), static_cast<size_t>(cols32 / 32),
+                              static_cast<size_t>(a.d16), w.dq + (hg * cr + at) * a.d16,
+                              static_cast<size_t>(a.d16), true);
+      }
+    }
+    for (int64_t c = 0; c < cols; ++c) {
+      for (int64_t e = 0; e < D; ++e) dk_rows[c * D + e] = w.dkt[e * bc + c] * scale;
+      for (int64_t x = 0; x < Dv; ++x) dv_rows[c * Dv + x] = w.dvt[x * bc + c];
+    }
+  }
+  for (int64_t hg = 0; hg < G; ++hg)
+    for (int64_t r = 0; r < rows_total; ++r)
+      for (int64_t e = 0; e < D; ++e)
+        p.dq.store(it.b, it.g * G + hg, it.row_begin + r, e,
+                   w.dq[(hg * cr + r) * a.d16 + e] * scale);
+}
+
+}  // namespace
+
+bool bf16_backward_available(const AttentionParams& p) {
+  return p.q.is_bf16() && kernels::amx::available() && kernels::float_lanes() == 16;
+}
+
+void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
+  apply_isa_from_environment();
+  validate(p, /*backward=*/true);
+  check(bf16_backward_available(p), "flash_backward_bf16: needs bf16 inputs and AMX tiles");
+  check(p.out.defined() && p.lse != nullptr,
+        "flash_backward_bf16: the forward's output and log-sum-exp (out, lse) are required");
+  const AttentionShape& sh = p.shape;
+  const int64_t D = sh.head_dim, Dv = sh.value_dim;
+  if (sh.batch == 0 || sh.kv_heads == 0) return;
+  auto zero_keys = [&] {
+    for (int64_t b = 0; b < sh.batch; ++b)
+      for (int64_t g = 0; g < sh.kv_heads; ++g)
+        for (int64_t j = 0; j < sh.len_kv; ++j) {
+          for (int64_t e = 0; e < D; ++e) p.dk.store(b, g, j, e, 0.0f);
+          for (int64_t x = 0; x < Dv; ++x) p.dv.store(b, g, j, x, 0.0f);
+        }
+  };
+  if (sh.len_q == 0 || sh.heads == 0) return zero_keys();
+  if (sh.len_kv == 0) {
+    for (int64_t b = 0; b < sh.batch; ++b)
+      for (int64_t h = 0; h < sh.heads; ++h)
+        for (int64_t i = 0; i < sh.len_q; ++i)
+          for (int64_t e = 0; e < D; ++e) p.dq.store(b, h, i, e, 0.0f);
+    return;
+  }
+  const AmxBackwardPlan a = make_amx_plan(p);
+  // D_i = dO_i · O_i, from the values as they are (bf16 or fp32).
+  std::vector<float> dots(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
+  ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
+    for (int64_t bh = range.begin; bh < range.end; ++bh)
+      for (int64_t i = 0; i < sh.len_q; ++i) {
+        float s = 0;
+        for (int64_t x = 0; x < Dv; ++x)
+          s += p.out.value(bh / sh.heads, bh % sh.heads, i, x) *
+               p.dout.value(bh / sh.heads, bh % sh.heads, i, x);
+        dots[static_cast<size_t>(bh * sh.len_q + i)] = s;
+      }
+  });
+  // Packed key blocks, then the chunks' partial dK and dV [chunks, batch, kv_heads, len_kv, ·].
+  const int64_t pack_items = sh.batch * sh.kv_heads * a.kv_blocks;
+  const int64_t packed_words = checked_numel({pack_items, a.block_words}, "packed keys");
+  const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
+  const int64_t part_k = checked_numel({a.chunks, sh.batch * sh.kv_heads, per_bg_k}, "partial dK");
+  const int64_t part_v = checked_numel({a.chunks, sh.batch * sh.kv_heads, per_bg_v}, "partial dV");
+  float* base = ctx.shared_scratch().floats(static_cast<size_t>(packed_words + part_k + part_v));
+  auto* packed = reinterpret_cast<uint32_t*>(base);
+  float* const dk_part = base + packed_words;
+  float* const dv_part = dk_part + part_k;
+  ctx.parallel_items(pack_items, [&](int64_t item, int) {
+    const int64_t blk = item % a.kv_blocks, bg = item / a.kv_blocks;
+    const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
+    const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
+    uint32_t* dst = packed + item * a.block_words;
+    pack_pairs_transposed(p.k, b, g, j0, cols, D, a.p16, a.bc, dst);
+    pack_pairs_transposed(p.v, b, g, j0, cols, Dv, a.pv16, a.bc, dst + a.p16 * a.bc);
+    pack_row_pairs(p.k, b, g, j0, cols, D, a.bc, a.d16, dst + (a.p16 + a.pv16) * a.bc);
+  });
+  const size_t bytes = scratch_bytes(a);
+  ctx.parallel_items(sh.batch * sh.kv_heads * a.chunks, [&](int64_t item, int worker) {
+    const int64_t c = item % a.chunks, bg = item / a.chunks;
+    const Item it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * a.chunk_rows,
+                  std::min(sh.len_q, (c + 1) * a.chunk_rows)};
+    float* dk = dk_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_k;
+    float* dv = dv_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_v;
+    if (it.row_begin >= it.row_end) {
+      std::fill(dk, dk + per_bg_k, 0.0f);
+      std::fill(dv, dv + per_bg_v, 0.0f);
+      return;
+    }
+    void* scratch = ctx.scratch(worker).floats((bytes + 3) / 4);
+    run_item(p, a, carve(scratch, a), packed, dots.data(), dk, dv, it);
+  });
+  // dK and dV: the chunks' partials added in chunk order, stored (rounded for bf16).
+  ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
+    for (int64_t bg = range.begin; bg < range.end; ++bg)
+      for (int64_t j = 0; j < sh.len_kv; ++j) {
+        const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
+        for (int64_t e = 0; e < D; ++e) {
+          float s = 0;
+          for (int64_t c = 0; c < a.chunks; ++c)
+            s += dk_part[(c * sh.batch * sh.kv_heads + bg) * per_bg_k + j * D + e];
+          p.dk.store(b, g, j, e, s);
+        }
+        for (int64_t x = 0; x < Dv; ++x) {
+          float s = 0;
+          for (int64_t c = 0; c < a.chunks; ++c)
+            s += dv_part[(c * sh.batch * sh.kv_heads + bg) * per_bg_v + j * Dv + x];
+          p.dv.store(b, g, j, x, s);
+        }
+      }
+  });
+}
+
+}  // namespace headlight::attention::cpu
