@@ -76,6 +76,7 @@ void layer_attention(ThreadContext& ctx, const GPTConfig& c, int64_t layer,
   const int64_t B = p.shape.batch, T = p.shape.len_q, S = p.shape.len_kv;
   auto shift = [](attention::Operand o, int64_t by) {
     if (o.data) o.data += by;
+    if (o.bf16) o.bf16 += by;
     return o;
   };
   int64_t h0 = 0, gi = 0;
@@ -184,6 +185,19 @@ void ensure_tables(const GPTConfig& c, GPT::State& s) {
   if (c.positional == Positional::rope && s.rope.cos.empty())
     s.rope = rope_table(c.block_size, c.head_dim(), c.rope_base);
   if (c.positional == Positional::alibi && s.alibi.empty()) s.alibi = alibi_slopes(c.n_head);
+}
+
+bool bf16_attention(const GPT::State& s) {
+  for (const Segment& g : s.segments)
+    if (g.len < kBf16AttentionRows) return false;
+  return true;
+}
+
+void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionParams& p) {
+  for (attention::Operand* o : {&p.q, &p.k, &p.v}) {
+    o->bf16 = const_cast<bf16*>(qkv16) + (o->data - qkv);
+    o->data = nullptr;
+  }
 }
 
 void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, Buffer& k,
@@ -352,9 +366,20 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       }
     float* att = a.att.get(d.rows * d.H * d.hd);
     float* lse = a.lse.get(d.rows * d.H);
+    // bf16 products (not decoding), long sequences: attention on qkv rounded to bf16 (kept for
+    // the backward). Short ones keep fp32 attention: the bf16 kernels' per-call costs (packing
+    // pair words, whole 16-row tiles) outweigh their faster products below kBf16AttentionRows.
+    const bf16* qkv16 = nullptr;
+    if (P16 && !cached && detail::bf16_attention(s)) {
+      Tensor& t = s.blocks[static_cast<size_t>(l)].qkv16;
+      if (t.numel() < d.rows * d.W) t = Tensor(DType::bf16, {d.rows * d.W});
+      to_bf16(qkv, t.data<bf16>(), static_cast<size_t>(d.rows * d.W));
+      qkv16 = t.data<bf16>();
+    }
     for (size_t i = 0; i < s.segments.size(); ++i) {
       const Segment& g = s.segments[i];
       attention::AttentionParams p = detail::segment_attention(c, d, g, l, qkv, att, lse, s);
+      if (qkv16) detail::to_bf16_operands(qkv, qkv16, p);
       if (cached)
         detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
                           s.cache_v[static_cast<size_t>(l)], p);

@@ -35,6 +35,7 @@ struct Buffer {
 struct BlockActivations {
   Buffer ln1, ln1_mean, ln1_rstd;  // [rows, C], [rows], [rows]
   Buffer qkv;                      // [rows, (H + 2G)·hd], q and k after RoPE
+  Tensor qkv16;                    // bf16 products (not decoding): qkv rounded, for attention
   Buffer att;                      // [rows, H·hd] attention output before the gates
   Buffer attg;                     // [rows, H·hd] after the gates (c_proj's input)
   bool gated = true;               // false: every gate was 1, c_proj's input was att itself

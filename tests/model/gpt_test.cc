@@ -272,12 +272,16 @@ TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndTrainInMixedPrecision) {
   EXPECT_GT(gdiff, 0.0);
   EXPECT_LT(gdiff, 0.03 * gmax);
   m.set_dtype(DType::bf16);
-  // Decoding (KV cache) in bf16 equals the bf16 full forward's last rows.
+  // Decoding (KV cache) in bf16 follows the bf16 full forward's last row: the products are the
+  // same; the full forward's attention reads q, k, v rounded to bf16 and decoding's reads them in
+  // fp32 from the cache, so they differ by that rounding (about 2⁻⁸ of the logits' size).
   const float* full = m.forward(ctx, t.data(), 1, 16, o);
   const std::vector<float> last(full + 15 * c.vocab_size, full + 16 * c.vocab_size);
+  double size = 0;
+  for (float x : last) size = std::max(size, double(std::fabs(x)));
   m.reset_cache();
   const float* dec = m.decode(ctx, t.data(), 16);
-  for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(dec[v], last[v], 1e-4) << v;
+  for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(dec[v], last[v], 0.02 * size) << v;
   m.set_dtype(DType::f32);
   out = m.forward(ctx, t.data(), 2, 16);  // float32 again: training forwards allowed
   EXPECT_TRUE(std::isfinite(out[0]));
