@@ -46,7 +46,17 @@ SdpaOptions sdpa_options(const py::object& attn_mask, py::array& mask_keep, floa
 struct PyMultiheadAttention {
   MultiheadAttention module;
   ThreadContext ctx;
+  bool bf16_io = false;  // the last forward's query was bfloat16: outputs and gradients are too
 };
+
+// `tensor` as a numpy array of float32, or rounded to bfloat16 when `bf16` (PyTorch returns a
+// module's outputs and input gradients in its inputs' dtype).
+py::array in_io_dtype(Tensor&& tensor, bool bf16) {
+  if (!bf16) return to_numpy(std::move(tensor));
+  Tensor rounded(DType::bf16, tensor.shape());
+  to_bf16(tensor.data(), rounded.data<headlight::bf16>(), static_cast<size_t>(tensor.numel()));
+  return to_numpy(std::move(rounded));
+}
 
 py::dict tensors_to_dict(const MultiheadAttention& m, bool grads) {
   py::dict out;
@@ -61,6 +71,10 @@ py::tuple mha_forward(PyMultiheadAttention& self, const py::object& query, const
                       const py::object& value, const py::object& key_padding_mask,
                       bool need_weights, const py::object& attn_mask, bool average_attn_weights,
                       bool is_causal) {
+  // bfloat16 inputs are widened exactly and computed in fp32 (the parameters are fp32); the
+  // output and the weights come back rounded to bfloat16.
+  const py::array query_array = py::array::ensure(query);
+  self.bf16_io = query_array && is_bfloat16(query_array);
   py::array q = as_float32(query, "query"), k = as_float32(key, "key");
   py::array v = as_float32(value, "value"), kpm_keep, am_keep;
   MhaForwardOptions o;
@@ -77,8 +91,8 @@ py::tuple mha_forward(PyMultiheadAttention& self, const py::object& query, const
     out = self.module.forward(self.ctx, qv, kv, vv, o);
   }
   py::object weights = py::none();
-  if (out.weights.defined()) weights = to_numpy(std::move(out.weights));
-  return py::make_tuple(to_numpy(std::move(out.output)), weights);
+  if (out.weights.defined()) weights = in_io_dtype(std::move(out.weights), self.bf16_io);
+  return py::make_tuple(in_io_dtype(std::move(out.output), self.bf16_io), weights);
 }
 
 // MultiheadAttention(embed_dim, num_heads, …) with torch.nn.MultiheadAttention's arguments.
@@ -251,8 +265,9 @@ void bind_multihead_attention(py::module_& m) {
               py::gil_scoped_release release;
               g = s.module.backward(s.ctx, gv);
             }
-            return py::make_tuple(to_numpy(std::move(g.query)), to_numpy(std::move(g.key)),
-                                  to_numpy(std::move(g.value)));
+            return py::make_tuple(in_io_dtype(std::move(g.query), s.bf16_io),
+                                  in_io_dtype(std::move(g.key), s.bf16_io),
+                                  in_io_dtype(std::move(g.value), s.bf16_io));
           },
           py::arg("grad_output"));
 }

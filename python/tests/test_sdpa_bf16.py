@@ -181,3 +181,23 @@ def teardown_module():
     if RATIOS:
         r = np.array(RATIOS)
         print(f"\nbf16 error / plain bf16 error over {r.size} cases: median {np.median(r):.3f}, max {r.max():.3f}")
+
+
+def test_multihead_attention_takes_and_returns_bfloat16():
+    """headlight.MultiheadAttention with bfloat16 inputs: computed in fp32 from the exact widened
+    values (its parameters are fp32), the output, weights and input gradients returned in bfloat16:
+    the float32 results rounded once."""
+    rng = np.random.default_rng(3)
+    mha = headlight.MultiheadAttention(32, 4, batch_first=True, seed=1)
+    x = rng.standard_normal((2, 9, 32)).astype(BF16)
+    out, w = mha(x, x, x, need_weights=True)
+    assert out.dtype == BF16 and w.dtype == BF16
+    out32, w32 = mha(x.astype(np.float32), x.astype(np.float32), x.astype(np.float32), need_weights=True)
+    assert out32.dtype == np.float32
+    assert np.array_equal(out.view(np.uint16), out32.astype(BF16).view(np.uint16))
+    assert np.array_equal(w.view(np.uint16), w32.astype(BF16).view(np.uint16))
+    g32 = mha.backward(np.ones_like(out32))
+    mha(x, x, x, need_weights=False)
+    g16 = mha.backward(np.ones_like(out32).astype(BF16))
+    for a, b in zip(g16, g32):
+        assert a.dtype == BF16 and np.array_equal(a.view(np.uint16), b.astype(BF16).view(np.uint16))
