@@ -106,6 +106,25 @@ void backward_widened(ThreadContext& ctx, const AttentionParams& p) {
   store_all(dv, p.dv, B, G, S, Dv);
 }
 
+// The fused backwards need the forward's output and log-sum-exp: p as it is when the caller kept
+// them, else p with them recomputed (an fp32 output) into `out` and `lse`.
+AttentionParams with_forward_outputs(ThreadContext& ctx, const AttentionParams& p, Tensor& out,
+                                     Tensor& lse) {
+  AttentionParams fused = p;
+  if (fused.out.defined() && fused.lse != nullptr) return fused;
+  const AttentionShape& s = p.shape;
+  out = Tensor(DType::f32, {s.batch, s.heads, s.len_q, s.value_dim});
+  lse = Tensor(DType::f32, {s.batch, s.heads, s.len_q});
+  fused.out = Operand{.data = out.data(),
+                      .batch_stride = s.heads * s.len_q * s.value_dim,
+                      .head_stride = s.len_q * s.value_dim,
+                      .row_stride = s.value_dim};
+  fused.lse = lse.data();
+  fused.probs = nullptr;
+  cpu::flash_forward(ctx, fused);
+  return fused;
+}
+
 }  // namespace
 
 void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice) {
@@ -116,42 +135,12 @@ void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice)
   if (p.q.is_bf16()) {
     validate(p, /*backward=*/true);
     if (!cpu::bf16_backward_available(p)) return backward_widened(ctx, p);
-    // AMX: the forward's output and lse, recomputed (fp32 output) when the caller did not keep
-    // them.
-    AttentionParams fused = p;
     Tensor out, lse;
-    if (!fused.out.defined() || fused.lse == nullptr) {
-      const AttentionShape& s = p.shape;
-      out = Tensor(DType::f32, {s.batch, s.heads, s.len_q, s.value_dim});
-      lse = Tensor(DType::f32, {s.batch, s.heads, s.len_q});
-      fused.out = Operand{.data = out.data(),
-                          .batch_stride = s.heads * s.len_q * s.value_dim,
-                          .head_stride = s.len_q * s.value_dim,
-                          .row_stride = s.value_dim};
-      fused.lse = lse.data();
-      fused.probs = nullptr;
-      cpu::flash_forward(ctx, fused);
-    }
-    cpu::flash_backward_bf16(ctx, fused);
+    cpu::flash_backward_bf16(ctx, with_forward_outputs(ctx, p, out, lse));
     return;
   }
-  // The fused backward needs the forward's output and log-sum-exp; recompute them when the
-  // caller did not keep them.
-  AttentionParams fused = p;
-  std::vector<float> out, lse;
-  if (fused.out.data == nullptr || fused.lse == nullptr) {
-    const AttentionShape& s = p.shape;
-    out.resize(static_cast<size_t>(s.batch * s.heads * s.len_q * s.value_dim));
-    lse.resize(static_cast<size_t>(s.batch * s.heads * s.len_q));
-    fused.out = Operand{.data = out.data(),
-                        .batch_stride = s.heads * s.len_q * s.value_dim,
-                        .head_stride = s.len_q * s.value_dim,
-                        .row_stride = s.value_dim};
-    fused.lse = lse.data();
-    fused.probs = nullptr;
-    cpu::flash_forward(ctx, fused);
-  }
-  cpu::flash_backward(ctx, fused);
+  Tensor out, lse;
+  cpu::flash_backward(ctx, with_forward_outputs(ctx, p, out, lse));
 }
 
 }  // namespace headlight::attention

@@ -211,16 +211,7 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
         kernels::exp_shift_rows(w.s, rows, cols_pad, bc, lse);  // P
         // dP' = dO · Vᵀ.
         kernels::qk_tile(dout, ld_dout, rows, vt, bc, Dv, cols_pad, w.dp, bc);
-        const float* pd = w.s;
-        if (o.dropout_p > 0) {
-          // keep factors in pd's buffer: P' = P ⊙ keep, dP = dP' ⊙ keep.
-          for (int64_t r = 0; r < rows; ++r)
-            std::fill(w.pd + r * bc, w.pd + r * bc + cols_pad, 1.0f);
-          apply_dropout(p, tile, w.pd, bc);
-          kernels::mul_tile(w.dp, w.pd, rows, cols_pad, bc);
-          kernels::mul_tile(w.pd, w.s, rows, cols_pad, bc);
-          pd = w.pd;
-        }
+        const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, bc);
         kernels::accumulate_transposed(pd, bc, rows, cols_pad, dout, ld_dout, plan.dv_pad, w.dv,
                                        plan.dv_pad);
         kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, bc, dot_rows);  // dS

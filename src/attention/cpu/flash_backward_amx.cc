@@ -207,15 +207,7 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
                               static_cast<size_t>(r16), vt, static_cast<size_t>(bc),
                               static_cast<size_t>(a.pv16), static_cast<size_t>(cols_pad), 1.0f,
                               w.dp, static_cast<size_t>(bc));
-        const float* pd = w.s;
-        if (o.dropout_p > 0) {
-          for (int64_t r = 0; r < rows; ++r)
-            std::fill(w.pd + r * bc, w.pd + r * bc + cols_pad, 1.0f);
-          apply_dropout(p, tile, w.pd, bc);
-          kernels::mul_tile(w.dp, w.pd, rows, cols_pad, bc);
-          kernels::mul_tile(w.pd, w.s, rows, cols_pad, bc);
-          pd = w.pd;
-        }
+        const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, bc);
         // dVᵀ += dOᵀ · P'.
         kernels::amx::row_pairs(pd, static_cast<size_t>(bc), static_cast<size_t>(rows),
                                 static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,

@@ -126,6 +126,18 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
   }
 }
 
+const float* backward_dropout(const AttentionParams& p, const TilePos& t, const float* s, float* pd,
+                              float* dp, int64_t cols_pad, int64_t lds) {
+  if (p.options.dropout_p <= 0) return s;
+  for (int64_t r = 0; r < t.rows; ++r) std::fill(pd + r * lds, pd + r * lds + cols_pad, 1.0f);
+  apply_dropout(p, t, pd, lds);
+  kernels::mul_tile(dp, pd, static_cast<size_t>(t.rows), static_cast<size_t>(cols_pad),
+                    static_cast<size_t>(lds));
+  kernels::mul_tile(pd, s, static_cast<size_t>(t.rows), static_cast<size_t>(cols_pad),
+                    static_cast<size_t>(lds));
+  return pd;
+}
+
 // 16 rows at a time, so that each row of dst is written 16 floats in a row while the 16 source
 // rows stay in L1.
 void pack_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,

@@ -122,6 +122,11 @@ bool scale_in_softmax(const AttentionParams& p, const Plan& plan);
 // Multiplies P by the dropout mask of the tile: 0 or 1/(1 − p) per element (params.h).
 void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds);
 
+// Backward: P' and dP' of a tile with dropout (keep factors into pd: pd = P ⊙ keep, dp ← dp ⊙
+// keep); returns the probabilities the value gradient uses: pd with dropout, else s (P itself).
+const float* backward_dropout(const AttentionParams& p, const TilePos& t, const float* s, float* pd,
+                              float* dp, int64_t cols_pad, int64_t lds);
+
 // dst[e·ld + c] = scale · x.at(b, g, j0 + c)[e] for c < cols, e < width: rows j0 .. j0 + cols of
 // an operand transposed into dst [width, ld], zero in the columns [cols, ld).
 void pack_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
