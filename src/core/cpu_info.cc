@@ -69,13 +69,18 @@ CpuInfo cpu_info() {
 }
 
 namespace {
-// Set with Highway's choice by force_isa (the same process-wide state).
-std::atomic<bool> native_bf16{true};
+// Set with Highway's choice by force_isa (the same process-wide state): the bf16 instructions the
+// kernels may use beyond Highway's targets, 2: AMX and AVX-512 BF16, 1: AVX-512 BF16, 0: none.
+std::atomic<int> native_bf16{2};
 }  // namespace
 
 void force_isa(std::string_view isa) {
   int64_t limit = 0;  // the best target allowed; 0: no restriction
-  if (isa == "avx3" || isa == "avx512") {
+  int bf16_level = 2;
+  if (isa == "avx3_bf16") {
+    limit = HWY_AVX3;
+    bf16_level = 1;
+  } else if (isa == "avx3" || isa == "avx512") {
     limit = HWY_AVX3;
   } else if (isa == "avx2") {
     limit = HWY_AVX2;
@@ -84,16 +89,22 @@ void force_isa(std::string_view isa) {
   } else if (isa == "scalar") {
     limit = HWY_SCALAR;
   } else if (!(isa.empty() || isa == "best")) {
-    fail("HEADLIGHT_ISA: unknown instruction set '{}' (expected avx3, avx2, sse4, scalar or best)",
-         isa);
+    fail(
+        "HEADLIGHT_ISA: unknown instruction set '{}' (expected avx3_bf16, avx3, avx2, sse4, "
+        "scalar or best)",
+        isa);
   }
   // Highway numbers better targets with lower bits: disable every bit below the limit.
   hwy::DisableTargets(limit == 0 ? 0 : (limit - 1) & ~HWY_SCALAR);
-  native_bf16.store(limit == 0);
+  native_bf16.store(limit == 0 ? 2 : limit == HWY_AVX3 ? bf16_level - 1 : 0);
 }
 
 bool native_bf16_allowed() {
-  return native_bf16.load();
+  return native_bf16.load() >= 1;
+}
+
+bool amx_allowed() {
+  return native_bf16.load() >= 2;
 }
 
 void apply_isa_from_environment() {
@@ -161,7 +172,7 @@ PeakMeasurement measure_fma_peak(ThreadContext& ctx, int repeats, double seconds
 
 const char* bf16_engine() {
   if (!native_bf16_allowed()) return "fma";
-  if (amx_available()) return "amx";
+  if (amx_allowed() && amx_available()) return "amx";
   return cpu_has_bf16_dot() ? "avx512_bf16" : "fma";
 }
 

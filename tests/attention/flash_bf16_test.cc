@@ -1,7 +1,7 @@
 // The fused forward with bf16 inputs against the reference on the same bf16 values (exact
 // attention in double): every option, odd head dims and lengths, decode, statistics,
-// probabilities, bf16 outputs, on the native path (AVX-512 BF16, where the CPU has it) and the
-// portable one (HEADLIGHT_ISA=avx3 and below).
+// probabilities, bf16 outputs, on every path this CPU has: AMX, AVX-512 BF16's vdpbf16ps
+// (HEADLIGHT_ISA=avx3_bf16) and the portable one (HEADLIGHT_ISA=avx3 and below).
 //
 // The bound. The kernel's only roundings beyond fp32 arithmetic are the probabilities, rounded to
 // bf16 (relative error ≤ 2⁻⁹) before P·V while the normaliser l sums them unrounded: the output
@@ -88,7 +88,7 @@ std::vector<float> widen(const std::vector<bf16>& x) {
 // Runs fn on the native bf16 path (when this CPU has it) and on the portable path of each target.
 template <typename Fn>
 void for_each_path(Fn&& fn) {
-  for (const char* isa : {"best", "avx3", "avx2", "scalar"}) {
+  for (const char* isa : {"best", "avx3_bf16", "avx3", "avx2", "scalar"}) {
     force_isa(isa);
     SCOPED_TRACE(::testing::Message() << "isa " << isa << " -> " << cpu::flash_target());
     fn();
@@ -203,7 +203,7 @@ TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {
   // and the widened fp32 kernel (HEADLIGHT_ISA=avx3: fp32 rounding only). Gradients into fp32
   // operands, and into bf16 ones (the same values rounded once).
   ThreadContext ctx(2);
-  for (const char* isa : {"best", "avx3"}) {
+  for (const char* isa : {"best", "avx3_bf16", "avx3"}) {
     force_isa(isa);
     const bool amx =
         cpu::bf16_backward_available(Bf16Problem({1, 1, 1, 1, 1, 1, 1}, 1).params({}, false));

@@ -19,15 +19,18 @@ struct CpuInfo {
 
 CpuInfo cpu_info();
 
-// Restricts Highway's dynamic dispatch to compiled targets no better than `isa`: "avx3", "avx2",
-// "sse4", "scalar", or "" / "best" for no restriction. For tests and comparisons; it changes
+// Restricts Highway's dynamic dispatch to compiled targets no better than `isa`: "avx3_bf16"
+// (AVX-512 with AVX-512 BF16 but not AMX), "avx3", "avx2", "sse4", "scalar", or "" / "best" for
+// no restriction. For tests and comparisons; it changes
 // Highway's process-wide choice (the one piece of global state, owned by Highway). Throws Error
 // naming HEADLIGHT_ISA on an unknown name.
 void force_isa(std::string_view isa);
 
-// Whether kernels may use instructions beyond Highway's targets (AVX-512 BF16): false while
-// force_isa restricts the targets (HEADLIGHT_ISA=avx3 is AVX-512 without the bf16 extension).
+// Whether kernels may use instructions beyond Highway's targets: AVX-512 BF16 (false while
+// force_isa restricts the targets, except to avx3_bf16), AMX (only without restriction).
+// HEADLIGHT_ISA=avx3 is AVX-512 without either.
 bool native_bf16_allowed();
+bool amx_allowed();
 
 // Applies the environment variable HEADLIGHT_ISA (when set) through force_isa; cheap to call on
 // every kernel entry (it acts only when the value changes).

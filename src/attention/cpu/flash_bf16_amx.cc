@@ -91,7 +91,7 @@ HEADLIGHT_AMX_TARGET void Product(const void* a, size_t lda_bytes, size_t rows, 
 }  // namespace
 
 bool available() {
-  return amx_available() && native_bf16_allowed();
+  return amx_allowed() && amx_available();
 }
 
 HEADLIGHT_AMX_TARGET void product(const bf16* a, size_t lda, size_t rows, const uint32_t* b,
