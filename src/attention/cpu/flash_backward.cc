@@ -235,24 +235,6 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
     }
 }
 
-// D_i = dO_i · O_i for every query row [batch, heads, len_q].
-std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p) {
-  const AttentionShape& sh = p.shape;
-  const int64_t Dv = sh.value_dim;
-  std::vector<float> dot(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
-  ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
-    for (int64_t bh = range.begin; bh < range.end; ++bh)
-      for (int64_t i = 0; i < sh.len_q; ++i) {
-        const float* o = p.out.at(bh / sh.heads, bh % sh.heads, i);
-        const float* d = p.dout.at(bh / sh.heads, bh % sh.heads, i);
-        float s = 0;
-        for (int64_t x = 0; x < Dv; ++x) s += o[x] * d[x];
-        dot[static_cast<size_t>(bh * sh.len_q + i)] = s;
-      }
-  });
-  return dot;
-}
-
 // dK, dV [batch, kv_heads, len_kv, ·] = the sum of the chunks' partials
 // [chunks, batch, kv_heads, len_kv, D or Dv], added in chunk order.
 void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,

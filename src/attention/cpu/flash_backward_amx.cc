@@ -284,18 +284,7 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
     return;
   }
   const AmxBackwardPlan a = make_amx_plan(p);
-  // D_i = dO_i · O_i, from the values as they are (bf16 or fp32).
-  std::vector<float> dots(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
-  ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
-    for (int64_t bh = range.begin; bh < range.end; ++bh)
-      for (int64_t i = 0; i < sh.len_q; ++i) {
-        float s = 0;
-        for (int64_t x = 0; x < Dv; ++x)
-          s += p.out.value(bh / sh.heads, bh % sh.heads, i, x) *
-               p.dout.value(bh / sh.heads, bh % sh.heads, i, x);
-        dots[static_cast<size_t>(bh * sh.len_q + i)] = s;
-      }
-  });
+  const std::vector<float> dots = output_dots(ctx, p);
   // Packed key blocks, then the chunks' partial dK and dV [chunks, batch, kv_heads, len_kv, ·].
   const int64_t pack_items = sh.batch * sh.kv_heads * a.kv_blocks;
   const int64_t packed_words = checked_numel({pack_items, a.block_words}, "packed keys");

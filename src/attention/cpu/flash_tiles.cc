@@ -126,6 +126,23 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
   }
 }
 
+std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p) {
+  const AttentionShape& sh = p.shape;
+  std::vector<float> dot(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
+  ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
+    for (int64_t bh = range.begin; bh < range.end; ++bh) {
+      const int64_t b = bh / sh.heads, h = bh % sh.heads;
+      for (int64_t i = 0; i < sh.len_q; ++i) {
+        float s = 0;
+        for (int64_t x = 0; x < sh.value_dim; ++x)
+          s += p.out.value(b, h, i, x) * p.dout.value(b, h, i, x);
+        dot[static_cast<size_t>(bh * sh.len_q + i)] = s;
+      }
+    }
+  });
+  return dot;
+}
+
 const float* backward_dropout(const AttentionParams& p, const TilePos& t, const float* s, float* pd,
                               float* dp, int64_t cols_pad, int64_t lds) {
   if (p.options.dropout_p <= 0) return s;

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <vector>
 
 #include "headlight/attention/params.h"
 #include "headlight/core/bf16.h"
@@ -121,6 +122,10 @@ bool scale_in_softmax(const AttentionParams& p, const Plan& plan);
 
 // Multiplies P by the dropout mask of the tile: 0 or 1/(1 − p) per element (params.h).
 void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds);
+
+// Backward: D_i = dO_i · O_i for every query row [batch, heads, len_q], from the values as they
+// are (float32 or bf16), summed in fp32 in order.
+std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p);
 
 // Backward: P' and dP' of a tile with dropout (keep factors into pd: pd = P ⊙ keep, dp ← dp ⊙
 // keep); returns the probabilities the value gradient uses: pd with dropout, else s (P itself).
