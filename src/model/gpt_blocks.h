@@ -85,8 +85,11 @@ bool bf16_attention(const GPT::State& s);
 // of `qkv16` (qkv rounded to bf16).
 void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionParams& p);
 
-void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, Buffer& k,
-               Buffer& v, attention::AttentionParams& p);
+// Appends the d.T rows' keys and values (in qkv) to one layer's cache at pos0 (float32, or rounded
+// to bf16) and points p's k and v at the whole cache.
+template <class T>
+void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, BasicBuffer<T>& k,
+               BasicBuffer<T>& v, attention::AttentionParams& p);
 
 // Fills the sinusoidal, rotary and ALiBi tables of the state once.
 void ensure_tables(const GPTConfig& c, GPT::State& s);

@@ -200,8 +200,31 @@ void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionP
   }
 }
 
-void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, Buffer& k,
-               Buffer& v, attention::AttentionParams& p) {
+namespace {
+
+template <class T>
+void append_rows(const float* src, int64_t ld, int64_t rows, int64_t width, T* dst) {
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (std::is_same_v<T, bf16>)
+      to_bf16(src + r * ld, dst + r * width, static_cast<size_t>(width));
+    else
+      std::memcpy(dst + r * width, src + r * ld, sizeof(float) * static_cast<size_t>(width));
+  }
+}
+
+// The cache's keys and values as one layer's attention operands, rows of `row` elements.
+attention::Operand cache_operand(float* data, const Dims& d, int64_t row) {
+  return {.data = data, .batch_stride = 0, .head_stride = d.hd, .row_stride = row};
+}
+attention::Operand cache_operand(bf16* data, const Dims& d, int64_t row) {
+  return {.batch_stride = 0, .head_stride = d.hd, .row_stride = row, .bf16 = data};
+}
+
+}  // namespace
+
+template <class T>
+void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, BasicBuffer<T>& k,
+               BasicBuffer<T>& v, attention::AttentionParams& p) {
   // Position-major [positions, G, hd], so that the cache grows (doubling, up to block_size
   // positions) without moving what it holds.
   const int64_t row = d.G * d.hd, need = (pos0 + d.T) * row;
@@ -210,19 +233,17 @@ void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv
     k.get(std::max(grown, need));
     v.get(std::max(grown, need));
   }
-  float* kc = k.ptr();
-  float* vc = v.ptr();
-  for (int64_t r = 0; r < d.T; ++r) {
-    std::memcpy(kc + (pos0 + r) * row, qkv + r * d.W + d.H * d.hd,
-                sizeof(float) * static_cast<size_t>(row));
-    std::memcpy(vc + (pos0 + r) * row, qkv + r * d.W + (d.H + d.G) * d.hd,
-                sizeof(float) * static_cast<size_t>(row));
-  }
+  append_rows(qkv + d.H * d.hd, d.W, d.T, row, k.ptr() + pos0 * row);
+  append_rows(qkv + (d.H + d.G) * d.hd, d.W, d.T, row, v.ptr() + pos0 * row);
   p.shape.len_kv = pos0 + d.T;
   p.options.alignment = attention::Alignment::bottom_right;
-  p.k = {.data = kc, .batch_stride = 0, .head_stride = d.hd, .row_stride = row};
-  p.v = {.data = vc, .batch_stride = 0, .head_stride = d.hd, .row_stride = row};
+  p.k = cache_operand(k.ptr(), d, row);
+  p.v = cache_operand(v.ptr(), d, row);
 }
+template void use_cache(const GPTConfig&, const Dims&, int64_t, const float*, BasicBuffer<float>&,
+                        BasicBuffer<float>&, attention::AttentionParams&);
+template void use_cache(const GPTConfig&, const Dims&, int64_t, const float*, BasicBuffer<bf16>&,
+                        BasicBuffer<bf16>&, attention::AttentionParams&);
 
 }  // namespace detail
 
@@ -314,6 +335,8 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   if (cached && s.cache_k.empty()) {
     s.cache_k.resize(static_cast<size_t>(c.n_layer));
     s.cache_v.resize(static_cast<size_t>(c.n_layer));
+    s.cache_k16.resize(static_cast<size_t>(c.n_layer));
+    s.cache_v16.resize(static_cast<size_t>(c.n_layer));
   }
   ops::embedding_forward(ctx,
                          {.rows = d.rows,
@@ -366,11 +389,12 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       }
     float* att = a.att.get(d.rows * d.H * d.hd);
     float* lse = a.lse.get(d.rows * d.H);
-    // bf16 products (not decoding), long sequences: attention on qkv rounded to bf16 (kept for
-    // the backward). Short ones keep fp32 attention: the bf16 kernels' per-call costs (packing
-    // pair words, whole 16-row tiles) outweigh their faster products below kBf16AttentionRows.
+    // bf16 products, long sequences: attention on qkv rounded to bf16 (kept for the backward).
+    // Short ones keep fp32 attention: the bf16 kernels' per-call costs (packing pair words, whole
+    // 16-row tiles) outweigh their faster products below kBf16AttentionRows. Decoding in bf16
+    // always: the KV cache is kept in bf16 (half the memory and the bytes each step reads).
     const bf16* qkv16 = nullptr;
-    if (P16 && !cached && detail::bf16_attention(s)) {
+    if (P16 && (cached || detail::bf16_attention(s))) {
       Tensor& t = s.blocks[static_cast<size_t>(l)].qkv16;
       if (t.numel() < d.rows * d.W) t = Tensor(DType::bf16, {d.rows * d.W});
       to_bf16(qkv, t.data<bf16>(), static_cast<size_t>(d.rows * d.W));
@@ -380,7 +404,10 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       const Segment& g = s.segments[i];
       attention::AttentionParams p = detail::segment_attention(c, d, g, l, qkv, att, lse, s);
       if (qkv16) detail::to_bf16_operands(qkv, qkv16, p);
-      if (cached)
+      if (cached && qkv16)
+        detail::use_cache(c, d, pos0, qkv, s.cache_k16[static_cast<size_t>(l)],
+                          s.cache_v16[static_cast<size_t>(l)], p);
+      else if (cached)
         detail::use_cache(c, d, pos0, qkv, s.cache_k[static_cast<size_t>(l)],
                           s.cache_v[static_cast<size_t>(l)], p);
       if (options.attention_probs)
@@ -464,6 +491,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
 void GPT::set_dtype(DType dtype) {
   check(dtype == DType::f32 || dtype == DType::bf16, "dtype: must be float32 or bfloat16, got {}",
         dtype_name(dtype));
+  if (dtype != dtype_) state_->cache_len = 0;  // the cache is kept in the products' dtype
   dtype_ = dtype;
   params16_stale_ = true;
   if (dtype == DType::f32) params16_ = Tensor();

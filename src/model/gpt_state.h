@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/tensor.h"
 #include "headlight/model/config.h"
 #include "headlight/model/gpt.h"
@@ -15,21 +17,23 @@
 
 namespace headlight::model {
 
-// A float buffer, 64-byte aligned like every Tensor, that keeps its memory when asked for less.
-// Growing keeps the contents and zeroes the new part.
-struct Buffer {
+// A float (or bf16) buffer, 64-byte aligned like every Tensor, that keeps its memory when asked
+// for less. Growing keeps the contents and zeroes the new part.
+template <class T>
+struct BasicBuffer {
   Tensor data;
-  float* get(int64_t n) {
+  T* get(int64_t n) {
     if (data.numel() < n) {
-      Tensor grown = Tensor::zeros({n});
+      Tensor grown = Tensor::zeros(std::is_same_v<T, bf16> ? DType::bf16 : DType::f32, {n});
       if (data.numel() > 0)
-        std::memcpy(grown.data(), data.data(), sizeof(float) * static_cast<size_t>(data.numel()));
+        std::memcpy(grown.data<T>(), data.data<T>(), sizeof(T) * static_cast<size_t>(data.numel()));
       data = std::move(grown);
     }
-    return data.data();
+    return data.data<T>();
   }
-  float* ptr() { return data.data(); }
+  T* ptr() { return data.data<T>(); }
 };
+using Buffer = BasicBuffer<float>;
 
 // Saved by the forward for one block, rows = B·T.
 struct BlockActivations {
@@ -83,8 +87,10 @@ struct GPT::State {
   std::vector<float> sinusoidal;  // [block_size, C]
   RopeTable rope;
   std::vector<float> alibi;  // [n_head]
-  // KV cache: per layer [positions, n_kv_head, hd] keys and values (after RoPE).
+  // KV cache: per layer [positions, n_kv_head, hd] keys and values (after RoPE); in bf16 when the
+  // products are (set_dtype), else float32.
   std::vector<Buffer> cache_k, cache_v;
+  std::vector<BasicBuffer<bf16>> cache_k16, cache_v16;
   int64_t cache_len = 0;
 };
 

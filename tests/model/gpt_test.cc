@@ -273,8 +273,8 @@ TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndTrainInMixedPrecision) {
   EXPECT_LT(gdiff, 0.03 * gmax);
   m.set_dtype(DType::bf16);
   // Decoding (KV cache) in bf16 follows the bf16 full forward's last row: the products are the
-  // same; the full forward's attention reads q, k, v rounded to bf16 and decoding's reads them in
-  // fp32 from the cache, so they differ by that rounding (about 2⁻⁸ of the logits' size).
+  // same; decoding's attention reads q, k, v rounded to bf16 (the cache is bf16) and the short
+  // full forward's reads them in fp32, so they differ by that rounding (about 2⁻⁸ of the size).
   const float* full = m.forward(ctx, t.data(), 1, 16, o);
   const std::vector<float> last(full + 15 * c.vocab_size, full + 16 * c.vocab_size);
   double size = 0;
@@ -285,6 +285,38 @@ TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndTrainInMixedPrecision) {
   m.set_dtype(DType::f32);
   out = m.forward(ctx, t.data(), 2, 16);  // float32 again: training forwards allowed
   EXPECT_TRUE(std::isfinite(out[0]));
+}
+
+TEST(GPT, Bf16DecodingKeepsTheKVCacheInBf16) {
+  // At 512 rows the full bf16 forward's attention reads q, k, v rounded to bf16, as decoding's
+  // does from its bf16 cache: a prefill of the same tokens through the cache gives the same last
+  // row (to the products' summation order; an fp32 cache would differ by ≈ 2⁻⁸ of the size). The
+  // next token then decodes from that cache as the full forward of 513 tokens computes it.
+  GPTConfig c = small_config();
+  c.block_size = 600;
+  c.n_embd = 64;
+  GPT m(c, 8);
+  m.set_dtype(DType::bf16);
+  ThreadContext ctx(2);
+  const auto t = tokens_for(513, c.vocab_size, 9);
+  ForwardOptions o;
+  o.inference = true;
+  auto last_row = [&](int64_t n) {
+    const float* full = m.forward(ctx, t.data(), 1, n, o);
+    return std::vector<float>(full + (n - 1) * c.vocab_size, full + n * c.vocab_size);
+  };
+  const std::vector<float> want512 = last_row(512), want513 = last_row(513);
+  double size = 0;
+  for (float x : want512) size = std::max(size, double(std::fabs(x)));
+  m.reset_cache();
+  const float* dec = m.decode(ctx, t.data(), 512);
+  for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(dec[v], want512[v], 2e-5 * size) << v;
+  dec = m.decode(ctx, t.data() + 512, 1);
+  for (int64_t v = 0; v < c.vocab_size; ++v) EXPECT_NEAR(dec[v], want513[v], 1e-2 * size) << v;
+  // A change of dtype empties the cache (it is kept in the products' dtype).
+  EXPECT_EQ(m.cache_length(), 513);
+  m.set_dtype(DType::f32);
+  EXPECT_EQ(m.cache_length(), 0);
 }
 
 TEST(GPT, GateZeroRemovesAHeadAndItsGradientIsExact) {
@@ -338,11 +370,10 @@ TEST(GPT, RowStatisticsAndOneHeadsAttentionEqualTheFullCapture) {
       const float* p = probs.data() + (l * H + h) * T * T;
       for (int64_t i = 0; i < T; ++i) {
         double ent = 0, best = -1;
-        int64_t best_j = -1;
         for (int64_t j = 0; j < T; ++j) {
           const double w = p[i * T + j];
           if (w > 0) ent -= w * std::log(w);
-          if (w > best) best = w, best_j = j;
+          if (w > best) best = w;
         }
         const size_t k = static_cast<size_t>((l * H + h) * T + i);
         EXPECT_NEAR(entropy[k], ent, 1e-4) << l << " " << h << " " << i;

@@ -142,8 +142,9 @@ class GPT {
   // The dtype of the dense products, forward and backward: float32, or bf16 — mixed precision:
   // weights rounded to bf16 (a copy beside the float32 parameters, which stay the master that
   // AdamW updates), each product's inputs (activations, output gradients) rounded, products
-  // accumulated in fp32 into float32 activations and gradients; norms, attention, softmax,
-  // residuals and the loss stay float32.
+  // accumulated in fp32 into float32 activations and gradients; norms, softmax, residuals and the
+  // loss stay float32. Attention reads q, k, v in bf16 for sequences of ≥ 512 rows and when
+  // decoding, whose KV cache is then kept in bf16 (a change of dtype empties the cache).
   void set_dtype(DType dtype);
   DType dtype() const { return dtype_; }
 
