@@ -126,44 +126,67 @@ void bind_sdpa(py::module_& m) {
       "scaled_dot_product_attention",
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& attn_mask, float dropout_p, bool is_causal, std::optional<double> scale,
-         bool enable_gqa, uint64_t seed, const std::string& kernel) {
+         bool enable_gqa, uint64_t seed, const std::string& kernel, bool return_lse,
+         bool return_probs) -> py::object {
         py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
         py::array v = as_attention_input(value, "value"), mask_keep;
         SdpaOptions o = sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa,
                                      seed, kernel);
-        Tensor out;
+        attention::SdpaOutput r;
         const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v);  // with the GIL held
         {
           py::gil_scoped_release release;
           ThreadContext ctx;
-          out = attention::scaled_dot_product_attention(ctx, qv, kv, vv, o);
+          if (return_lse || return_probs)
+            r = attention::scaled_dot_product_attention_with_lse(ctx, qv, kv, vv, o, return_probs);
+          else
+            r.output = attention::scaled_dot_product_attention(ctx, qv, kv, vv, o);
         }
-        return to_numpy(std::move(out));
+        if (!return_lse && !return_probs) return to_numpy(std::move(r.output));
+        py::list result;
+        result.append(to_numpy(std::move(r.output)));
+        if (return_lse) result.append(to_numpy(std::move(r.lse)));
+        if (return_probs) result.append(to_numpy(std::move(r.probs)));
+        return py::tuple(result);
       },
       py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
       py::arg("dropout_p") = 0.0f, py::arg("is_causal") = false, py::arg("scale") = py::none(),
       py::arg("enable_gqa") = false, py::kw_only(), py::arg("seed") = 0,
-      py::arg("kernel") = "automatic",
+      py::arg("kernel") = "automatic", py::arg("return_lse") = false,
+      py::arg("return_probs") = false,
       "PyTorch's scaled_dot_product_attention semantics; a row with no allowed key gives zeros. "
-      "float32 or ml_dtypes.bfloat16 arrays (all three of one dtype; the output has it).");
+      "float32 or ml_dtypes.bfloat16 arrays (all three of one dtype; the output has it). With "
+      "return_lse, (output, lse): lse is each row's log-sum-exp of its scores (float32, the "
+      "output's shape without its last dim), which the backward can take with the output. "
+      "return_probs appends the exact probabilities (float32 (..., L, S), after dropout).");
 
   m.def(
       "scaled_dot_product_attention_backward",
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& grad_output, const py::object& attn_mask, bool is_causal,
-         std::optional<double> scale, bool enable_gqa, const std::string& kernel) {
+         std::optional<double> scale, bool enable_gqa, const std::string& kernel, float dropout_p,
+         uint64_t seed, const py::object& output, const py::object& lse) {
         py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
         py::array v = as_attention_input(value, "value");
         py::array go = as_attention_input(grad_output, "grad_output");
-        py::array mask_keep;
-        SdpaOptions o =
-            sdpa_options(attn_mask, mask_keep, 0.0f, is_causal, scale, enable_gqa, 0, kernel);
+        py::array mask_keep, out_keep, lse_keep;
+        SdpaOptions o = sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa,
+                                     seed, kernel);
+        attention::SdpaSaved saved;
+        if (!output.is_none()) {
+          out_keep = as_attention_input(output, "output");
+          saved.output = view_of(out_keep);
+        }
+        if (!lse.is_none()) {
+          lse_keep = as_attention_input(lse, "lse");
+          saved.lse = view_of(lse_keep);
+        }
         attention::SdpaGrads g;
         const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v), gv = view_of(go);
         {
           py::gil_scoped_release release;
           ThreadContext ctx;
-          g = attention::scaled_dot_product_attention_backward(ctx, qv, kv, vv, gv, o);
+          g = attention::scaled_dot_product_attention_backward(ctx, qv, kv, vv, gv, o, saved);
         }
         return py::make_tuple(to_numpy(std::move(g.query)), to_numpy(std::move(g.key)),
                               to_numpy(std::move(g.value)));
@@ -171,8 +194,11 @@ void bind_sdpa(py::module_& m) {
       py::arg("query"), py::arg("key"), py::arg("value"), py::arg("grad_output"),
       py::arg("attn_mask") = py::none(), py::arg("is_causal") = false,
       py::arg("scale") = py::none(), py::arg("enable_gqa") = false, py::kw_only(),
-      py::arg("kernel") = "automatic",
-      "Gradients (grad_query, grad_key, grad_value) of scaled_dot_product_attention.");
+      py::arg("kernel") = "automatic", py::arg("dropout_p") = 0.0f, py::arg("seed") = 0,
+      py::arg("output") = py::none(), py::arg("lse") = py::none(),
+      "Gradients (grad_query, grad_key, grad_value) of scaled_dot_product_attention (with its "
+      "dropout_p and seed). output and lse (the forward's, return_lse=True) spare recomputing "
+      "the forward.");
 }
 
 void bind_multihead_attention(py::module_& m) {

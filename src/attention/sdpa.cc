@@ -187,10 +187,28 @@ Prepared prepare(const TensorView& q, const TensorView& k, const TensorView& v,
 
 }  // namespace
 
-Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
-                                    const TensorView& key, const TensorView& value,
-                                    const SdpaOptions& options) {
+namespace {
+
+// The output's shape without its last dim: the log-sum-exp's.
+Shape lse_shape(const Shape& out_shape) {
+  return Shape(out_shape.begin(), out_shape.end() - 1);
+}
+
+Tensor run_forward(ThreadContext& ctx, const TensorView& query, const TensorView& key,
+                   const TensorView& value, const SdpaOptions& options, Tensor* lse,
+                   Tensor* probs) {
   Prepared r = prepare(query, key, value, options);
+  if (lse) {
+    *lse = Tensor(DType::f32, lse_shape(r.out_shape));  // [B, H, L] row-major
+    r.params.lse = lse->data();
+  }
+  if (probs) {
+    Shape shape = lse_shape(r.out_shape);  // [B, H, L, S] row-major
+    shape.push_back(r.params.shape.len_kv);
+    checked_numel(shape, "probs");
+    *probs = Tensor(DType::f32, shape);
+    r.params.probs = probs->data();
+  }
   Tensor out(query.dtype(), r.out_shape);  // PyTorch's: the inputs' dtype
   const AttentionShape& s = r.params.shape;
   r.params.out = Operand{.batch_stride = s.heads * s.len_q * s.value_dim,
@@ -204,10 +222,27 @@ Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
   return out;
 }
 
+}  // namespace
+
+Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
+                                    const TensorView& key, const TensorView& value,
+                                    const SdpaOptions& options) {
+  return run_forward(ctx, query, key, value, options, nullptr, nullptr);
+}
+
+SdpaOutput scaled_dot_product_attention_with_lse(ThreadContext& ctx, const TensorView& query,
+                                                 const TensorView& key, const TensorView& value,
+                                                 const SdpaOptions& options, bool probs) {
+  SdpaOutput r;
+  r.output = run_forward(ctx, query, key, value, options, &r.lse, probs ? &r.probs : nullptr);
+  return r;
+}
+
 SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const TensorView& query,
                                                 const TensorView& key, const TensorView& value,
                                                 const TensorView& grad_output,
-                                                const SdpaOptions& options) {
+                                                const SdpaOptions& options,
+                                                const SdpaSaved& saved) {
   Prepared r = prepare(query, key, value, options);
   check(grad_output.dtype() == query.dtype(), "grad_output: dtype must be the query's {}, got {}",
         dtype_name(query.dtype()), dtype_name(grad_output.dtype()));
@@ -216,6 +251,25 @@ SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const Tensor
   const AttentionShape& s = r.params.shape;
   const int64_t nb = static_cast<int64_t>(r.batch.size());
   r.params.dout = operand_of(grad_output.with_rank(nb + 3), nb, r.keep);
+  check(saved.output.empty_view() == saved.lse.empty_view(),
+        "saved: the forward's output and lse go together (got only the {})",
+        saved.lse.empty_view() ? "output" : "lse");
+  if (!saved.output.empty_view()) {
+    check(saved.output.dtype() == query.dtype() && saved.output.shape() == r.out_shape,
+          "saved output: expected {} {}, got {} {}", dtype_name(query.dtype()),
+          shape_string(r.out_shape), dtype_name(saved.output.dtype()),
+          shape_string(saved.output.shape()));
+    check(saved.lse.dtype() == DType::f32 && saved.lse.shape() == lse_shape(r.out_shape),
+          "saved lse: expected float32 {}, got {} {}", shape_string(lse_shape(r.out_shape)),
+          dtype_name(saved.lse.dtype()), shape_string(saved.lse.shape()));
+    r.params.out = operand_of(saved.output.with_rank(nb + 3), nb, r.keep);
+    if (saved.lse.is_contiguous()) {
+      r.params.lse = saved.lse.data_as<float>();
+    } else {
+      r.keep.push_back(contiguous_copy(saved.lse));
+      r.params.lse = r.keep.back().data();
+    }
+  }
 
   auto full = [&](int64_t h, int64_t len, int64_t dim) {
     Shape sh = r.batch;

@@ -165,14 +165,21 @@ TEST(FlashBf16, ProbabilitiesFromTheFusedPath) {
   const AttentionShape shape{1, 4, 2, 45, 301, 40, 24};
   AttentionOptions o;
   o.causal = true;
-  Bf16Problem ref(shape, 9), fused(shape, 9);
-  AttentionParams pr = ref.params(o, false), pf = fused.params(o, false);
-  pr.probs = ref.f.probs.data();
-  pf.probs = fused.f.probs.data();
-  reference::forward(pr);
-  forward(ctx, pf, KernelChoice::fused);
-  EXPECT_LE(max_diff(fused.f.probs, ref.f.probs), kRowTol);
-  EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+  for (bool bf16_out : {false, true}) {  // the probabilities are float32 either way
+    SCOPED_TRACE(bf16_out ? "bf16 output" : "float32 output");
+    Bf16Problem ref(shape, 9), fused(shape, 9);
+    AttentionParams pr = ref.params(o, bf16_out), pf = fused.params(o, bf16_out);
+    pr.probs = ref.f.probs.data();
+    pf.probs = fused.f.probs.data();
+    reference::forward(pr);
+    forward(ctx, pf, KernelChoice::fused);
+    EXPECT_LE(max_diff(fused.f.probs, ref.f.probs), kRowTol);
+    const std::vector<float> got = bf16_out ? widen(fused.out) : fused.f.out;
+    const std::vector<float> want = bf16_out ? widen(ref.out) : ref.f.out;
+    for (size_t i = 0; i < got.size(); ++i)  // each bf16 output rounded once
+      ASSERT_LE(std::fabs(got[i] - want[i]), kOutTol + (bf16_out ? std::fabs(want[i]) / 128 : 0))
+          << i;
+  }
 }
 
 TEST(FlashBf16, BitwiseTheSameForAnyThreadCount) {

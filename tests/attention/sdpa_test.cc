@@ -65,6 +65,53 @@ TEST(Sdpa, BroadcastKeyGradientIsSummedOverTheBatch) {
   }
 }
 
+TEST(Sdpa, BackwardFromTheSavedOutputAndLseEqualsRecomputing) {
+  // The forward's output and log-sum-exp handed to the backward (as an autograd graph keeps them)
+  // give the gradients the backward computes by recomputing them: bit for bit in float32, with a
+  // broadcast batch dim, GQA, a mask and dropout (the saved forward used the same seed).
+  ThreadContext ctx(2);
+  Tensor q = random_tensor({2, 4, 37, 16}, 1), k = random_tensor({1, 2, 45, 16}, 2);
+  Tensor v = random_tensor({1, 2, 45, 8}, 3), go = random_tensor({2, 4, 37, 8}, 4);
+  Tensor mask = random_tensor({37, 45}, 5);
+  SdpaOptions o{
+      .attn_mask = mask.view(), .dropout_p = 0.2f, .dropout_seed = 11, .enable_gqa = true};
+  SdpaOutput f = scaled_dot_product_attention_with_lse(ctx, q.view(), k.view(), v.view(), o);
+  ASSERT_EQ(f.lse.shape(), (Shape{2, 4, 37}));
+  Tensor plain = scaled_dot_product_attention(ctx, q.view(), k.view(), v.view(), o);
+  for (int64_t i = 0; i < plain.numel(); ++i) ASSERT_EQ(f.output.data()[i], plain.data()[i]);
+  const SdpaGrads want =
+      scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), go.view(), o);
+  const SdpaGrads got = scaled_dot_product_attention_backward(
+      ctx, q.view(), k.view(), v.view(), go.view(), o, {f.output.view(), f.lse.view()});
+  for (auto [a, b] : {std::pair{&want.query, &got.query}, std::pair{&want.key, &got.key},
+                      std::pair{&want.value, &got.value}})
+    for (int64_t i = 0; i < a->numel(); ++i) ASSERT_EQ(a->data()[i], b->data()[i]) << i;
+  // The saved tensors are what the backward uses: a changed lse changes the gradients.
+  for (int64_t i = 0; i < f.lse.numel(); ++i) f.lse.data()[i] += 0.5f;
+  const SdpaGrads moved = scaled_dot_product_attention_backward(
+      ctx, q.view(), k.view(), v.view(), go.view(), o, {f.output.view(), f.lse.view()});
+  EXPECT_NE(moved.query.data()[0], want.query.data()[0]);
+  // Saved tensors of the wrong shape or dtype, or only one of them, are named.
+  expect_error(
+      [&] {
+        scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), go.view(), o,
+                                              {f.output.view(), {}});
+      },
+      {"saved", "lse"});
+  expect_error(
+      [&] {
+        scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), go.view(), o,
+                                              {go.view(), f.output.view()});
+      },
+      {"saved lse", "[2, 4, 37]"});
+  expect_error(
+      [&] {
+        scaled_dot_product_attention_backward(ctx, q.view(), k.view(), v.view(), go.view(), o,
+                                              {q.view(), f.lse.view()});
+      },
+      {"saved output", "[2, 4, 37, 8]"});
+}
+
 TEST(Sdpa, GroupedQueryAttentionNeedsEnableGqa) {
   ThreadContext ctx(1);
   Tensor q = random_tensor({1, 4, 3, 8}, 1), k = random_tensor({1, 2, 3, 8}, 2);

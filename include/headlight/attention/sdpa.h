@@ -42,9 +42,32 @@ Tensor scaled_dot_product_attention(ThreadContext& ctx, const TensorView& query,
                                     const TensorView& key, const TensorView& value,
                                     const SdpaOptions& options = {});
 
+// The output with each row's log-sum-exp of its scaled, masked scores (float32, natural log,
+// shaped as the output without its last dim): what the backward needs from the forward, so that
+// a caller that keeps both (an autograd graph) spares the backward recomputing them.
+// With `probs`, also the exact attention probabilities from the same fused pass (after dropout,
+// as the output used them).
+struct SdpaOutput {
+  Tensor output;  // (..., L, Ev), the inputs' dtype
+  Tensor lse;     // (..., L) float32
+  Tensor probs;   // (..., L, S) float32, when asked for
+};
+SdpaOutput scaled_dot_product_attention_with_lse(ThreadContext& ctx, const TensorView& query,
+                                                 const TensorView& key, const TensorView& value,
+                                                 const SdpaOptions& options = {},
+                                                 bool probs = false);
+
+// A forward's output and log-sum-exp (scaled_dot_product_attention_with_lse, same inputs and
+// options, dropout seed included) for the backward; empty views: recomputed.
+struct SdpaSaved {
+  TensorView output;
+  TensorView lse;
+};
+
 SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const TensorView& query,
                                                 const TensorView& key, const TensorView& value,
                                                 const TensorView& grad_output,
-                                                const SdpaOptions& options = {});
+                                                const SdpaOptions& options = {},
+                                                const SdpaSaved& saved = {});
 
 }  // namespace headlight::attention

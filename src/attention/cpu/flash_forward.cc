@@ -332,7 +332,8 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
   check(p.q.defined() && (sh.len_kv == 0 || p.k.defined()),
         "probabilities: query and key pointers are required");
   AttentionParams checked = p;
-  checked.out.data = out;  // validate() wants an output; ours is `out`
+  checked.out.bf16 = nullptr;  // validate() wants an output; ours is `out` (float32)
+  checked.out.data = out;
   validate(checked, /*backward=*/false);
   std::vector<int64_t> heads = request.heads;
   if (heads.empty())

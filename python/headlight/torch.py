@@ -1,0 +1,216 @@
+"""headlight inside PyTorch: its attention as a PyTorch operator with autograd, and a drop-in
+``MultiheadAttention``.
+
+``scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
+scale=None, enable_gqa=False)`` has the signature and semantics of
+``torch.nn.functional.scaled_dot_product_attention`` (one deliberate difference, as everywhere in
+headlight: a query row with no allowed key gives zeros, not NaN). It is the custom operator
+``torch.ops.headlight.sdpa`` (``torch.library.custom_op``): its backward is headlight's fused
+backward (``torch.ops.headlight.sdpa_backward``), fed the forward's output and log-sum-exp so that
+nothing is recomputed; both have fake implementations, so ``torch.compile(fullgraph=True)`` traces
+them without graph breaks, and ``torch.library.opcheck`` passes on both.
+
+Tensors: CPU, float32 or bfloat16 (query, key and value of one dtype; the output and gradients have
+it); masks bool, float32 or bfloat16. They reach the kernels without copies (numpy views of the same
+memory, any strides). Anything else — a CUDA tensor, float16 or float64, a float mask that requires
+grad (headlight does not compute the mask's gradient) — is refused with an error that names the
+argument; ``torch.nn.functional.scaled_dot_product_attention`` is the place for those.
+
+Dropout draws its seed from torch's default generator (``torch.manual_seed`` fixes it); the random
+mask is headlight's own, so with dropout the values differ from torch's while the distribution is
+the same.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import torch
+
+from . import _headlight
+
+__all__ = ["scaled_dot_product_attention", "MultiheadAttention"]
+
+_DTYPES = (torch.float32, torch.bfloat16)
+_MASK_DTYPES = (torch.bool, torch.float32, torch.bfloat16)
+
+
+def _array(t: torch.Tensor) -> np.ndarray:
+    """A numpy array over t's memory (no copy; strides kept): float32, bool or bfloat16."""
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    """A torch tensor over a result array's memory (no copy)."""
+    if a.dtype == np.float32:
+        return torch.from_numpy(a)
+    return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+
+
+def _maybe_array(t: Optional[torch.Tensor]):
+    return None if t is None else _array(t)
+
+
+def _seed_of(seed: Optional[torch.Tensor]) -> int:
+    return 0 if seed is None else int(seed.item())
+
+
+def _shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
+    """The output's and the log-sum-exp's shapes (broadcast batch dims, as the kernel's front)."""
+
+    def batch(t):
+        return tuple(t.shape[:-3]) if t.dim() > 3 else ()
+
+    dims = torch.broadcast_shapes(batch(q), batch(k), batch(v))
+    heads = (q.shape[-3] if q.dim() >= 3 else 1,) if max(q.dim(), k.dim(), v.dim()) >= 3 else ()
+    lse = tuple(dims) + heads + (q.shape[-2],)
+    return lse + (v.shape[-1],), lse
+
+
+@torch.library.custom_op("headlight::sdpa", mutates_args=(), device_types="cpu")
+def _sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: Optional[torch.Tensor],
+    dropout_p: float,
+    is_causal: bool,
+    scale: Optional[float],
+    enable_gqa: bool,
+    seed: Optional[torch.Tensor],
+    need_probs: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    r = _headlight.scaled_dot_product_attention(
+        _array(query), _array(key), _array(value), _maybe_array(attn_mask), dropout_p, is_causal,
+        scale, enable_gqa, seed=_seed_of(seed), return_lse=True, return_probs=need_probs)
+    probs = _tensor(r[2]) if need_probs else query.new_empty((0,), dtype=torch.float32)
+    return _tensor(r[0]), _tensor(r[1]), probs
+
+
+@_sdpa.register_fake
+def _sdpa_fake(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed,
+               need_probs):
+    out, lse = _shapes(query, key, value)
+    probs = lse + (key.shape[-2],) if need_probs else (0,)
+    return (query.new_empty(out), query.new_empty(lse, dtype=torch.float32),
+            query.new_empty(probs, dtype=torch.float32))
+
+
+@torch.library.custom_op("headlight::sdpa_backward", mutates_args=(), device_types="cpu")
+def _sdpa_backward(
+    grad_output: torch.Tensor,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: Optional[torch.Tensor],
+    output: torch.Tensor,
+    lse: torch.Tensor,
+    dropout_p: float,
+    is_causal: bool,
+    scale: Optional[float],
+    enable_gqa: bool,
+    seed: Optional[torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dq, dk, dv = _headlight.scaled_dot_product_attention_backward(
+        _array(query), _array(key), _array(value), _array(grad_output), _maybe_array(attn_mask),
+        is_causal, scale, enable_gqa, dropout_p=dropout_p, seed=_seed_of(seed),
+        output=_array(output), lse=_array(lse))
+    return _tensor(dq), _tensor(dk), _tensor(dv)
+
+
+@_sdpa_backward.register_fake
+def _sdpa_backward_fake(grad_output, query, key, value, attn_mask, output, lse, dropout_p,
+                        is_causal, scale, enable_gqa, seed):
+    return query.new_empty(query.shape), key.new_empty(key.shape), value.new_empty(value.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed, _ = inputs
+    out, lse, _ = output
+    ctx.save_for_backward(query, key, value, attn_mask, out, lse, seed)
+    ctx.options = (dropout_p, is_causal, scale, enable_gqa)
+
+
+def _backward(ctx, grad_output, grad_lse, grad_probs):
+    # The log-sum-exp and the probabilities are not differentiable outputs (the public functions
+    # return them detached); only the output's gradient flows.
+    query, key, value, attn_mask, out, lse, seed = ctx.saved_tensors
+    dropout_p, is_causal, scale, enable_gqa = ctx.options
+    dq, dk, dv = torch.ops.headlight.sdpa_backward(grad_output, query, key, value, attn_mask, out,
+                                                   lse, dropout_p, is_causal, scale, enable_gqa,
+                                                   seed)
+    return dq, dk, dv, None, None, None, None, None, None, None
+
+
+_sdpa.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _check(name: str, t, dtypes) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name}: headlight runs on the CPU; got a tensor on {t.device} "
+                         "(use torch.nn.functional.scaled_dot_product_attention there)")
+    if t.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise ValueError(f"{name}: dtype must be one of {names}; got "
+                         f"{str(t.dtype).removeprefix('torch.')}")
+
+
+def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                                 attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                                 is_causal: bool = False, scale: Optional[float] = None,
+                                 enable_gqa: bool = False) -> torch.Tensor:
+    """torch.nn.functional.scaled_dot_product_attention on headlight's kernels (module doc)."""
+    return _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                      False)[0]
+
+
+def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+               need_probs):
+    """The op's (output, probabilities or an empty tensor), after checking the arguments."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        _check(name, t, _DTYPES)
+    if key.dtype != query.dtype or value.dtype != query.dtype:
+        raise ValueError(f"query, key and value must have one dtype; got {query.dtype}, "
+                         f"{key.dtype} and {value.dtype}")
+    if attn_mask is not None:
+        _check("attn_mask", attn_mask, _MASK_DTYPES)
+        if attn_mask.requires_grad and torch.is_grad_enabled():
+            raise ValueError("attn_mask: requires grad, and headlight does not compute the "
+                             "gradient of a mask (detach it, or use torch's own attention)")
+    seed = None
+    if dropout_p > 0.0:  # from torch's generator, as a tensor so that compiled graphs keep it
+        seed = torch.randint(0, 2**62, (), dtype=torch.int64)
+    out, _, probs = torch.ops.headlight.sdpa(query, key, value, attn_mask, float(dropout_p),
+                                             bool(is_causal),
+                                             None if scale is None else float(scale),
+                                             bool(enable_gqa), seed, bool(need_probs))
+    return out, probs.detach()
+
+
+class MultiheadAttention(torch.nn.MultiheadAttention):
+    """torch.nn.MultiheadAttention with its attention on headlight.
+
+    The same class underneath — constructor, parameters, ``state_dict`` keys, ``forward``
+    signature and return values — so ``load_state_dict(torch_mha.state_dict())`` gives the same
+    outputs and gradients. The projections are torch's (``F.linear``); the attention is
+    ``scaled_dot_product_attention`` above, and ``need_weights=True`` returns the kernel's exact
+    probabilities (after dropout, as torch's; averaged over heads unless
+    ``average_attn_weights=False``) from the same fused pass. The weights are not differentiable
+    (the output is).
+    """
+
+    def forward(self, query, key, value, key_padding_mask=None, need_weights=True,
+                attn_mask=None, average_attn_weights=True, is_causal=False):
+        return _mha_forward(self, query, key, value, key_padding_mask, need_weights, attn_mask,
+                            average_attn_weights, is_causal)
+
+
+from ._torch_mha import _mha_forward  # noqa: E402  (the module's forward, its own file)
