@@ -95,7 +95,11 @@ def _mha_forward(m, query, key, value, key_padding_mask, need_weights, attn_mask
         pad = key_padding_mask.view(bsz, 1, 1, src_len)
         mask = pad if mask is None else mask + pad
     dropout_p = m.dropout if m.training else 0.0
-    out, probs = _hl._attention(q, k, v, mask, dropout_p, is_causal, None, False, need_weights)
+    sink = getattr(m, "_headlight_capture", None)  # headlight.torch.capture
+    out, probs = _hl._attention(q, k, v, mask, dropout_p, is_causal, None, False,
+                                need_weights or sink is not None)
+    if sink is not None:
+        sink.record(m, probs)
     out = out.permute(2, 0, 1, 3).reshape(tgt_len * bsz, embed_dim)
     out = F.linear(out, m.out_proj.weight, m.out_proj.bias).view(tgt_len, bsz, -1)
     weights = None

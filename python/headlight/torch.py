@@ -30,7 +30,7 @@ import torch
 
 from . import _headlight
 
-__all__ = ["scaled_dot_product_attention", "MultiheadAttention"]
+__all__ = ["scaled_dot_product_attention", "MultiheadAttention", "register", "capture", "Capture"]
 
 _DTYPES = (torch.float32, torch.bfloat16)
 _MASK_DTYPES = (torch.bool, torch.float32, torch.bfloat16)
@@ -214,3 +214,71 @@ class MultiheadAttention(torch.nn.MultiheadAttention):
 
 
 from ._torch_mha import _mha_forward  # noqa: E402  (the module's forward, its own file)
+
+
+def register(name: str = "headlight") -> str:
+    """Registers headlight with transformers' attention interface under `name`, so that
+    ``AutoModel.from_pretrained(path, attn_implementation="headlight")`` (or
+    ``model.set_attn_implementation("headlight")``) runs every attention layer on headlight,
+    forward and backward. The masks are transformers' SDPA masks. Returns `name`."""
+    from ._torch_transformers import register as _register
+
+    return _register(name)
+
+
+class Capture:
+    """What ``capture(model)`` recorded: for each attention call of a layer on headlight, in call
+    order, the layer's name in the model and its exact probabilities (B, H, L, S) (float32,
+    after dropout when the layer dropped any), from the fused pass that computed the output."""
+
+    def __init__(self, model: torch.nn.Module):
+        self._names = {id(m): name for name, m in model.named_modules()}
+        self._modules = [m for _, m in model.named_modules()]
+        self.calls: list[tuple[str, torch.Tensor]] = []
+
+    def record(self, module, probs: torch.Tensor) -> None:
+        self.calls.append((self._names.get(id(module), ""), probs))
+
+    @property
+    def layers(self) -> list[str]:
+        """The names of the layers that ran, first call order, each once."""
+        return list(dict.fromkeys(name for name, _ in self.calls))
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        """The last probabilities of layer `name`."""
+        for n, p in reversed(self.calls):
+            if n == name:
+                return p
+        raise KeyError(f"capture: no attention recorded for layer {name!r}; recorded: "
+                       f"{self.layers}")
+
+    def attentions(self) -> list[torch.Tensor]:
+        """Each layer's last probabilities, in layer order: output_attentions' tuple."""
+        return [self[name] for name in self.layers]
+
+    def statistics(self, name: str) -> dict[str, torch.Tensor]:
+        """Per-row statistics of a layer's probabilities, (B, H, L) each: entropy (nats),
+        argmax (the key with the largest weight, the first on ties) and max_weight."""
+        p = self[name]
+        logs = torch.where(p > 0, p.log(), torch.zeros_like(p))
+        top, arg = p.max(dim=-1)
+        return {"entropy": -(p * logs).sum(-1), "argmax": arg, "max_weight": top}
+
+    def __enter__(self):
+        for m in self._modules:
+            m._headlight_capture = self
+        return self
+
+    def __exit__(self, *exc):
+        for m in self._modules:
+            if getattr(m, "_headlight_capture", None) is self:
+                del m._headlight_capture
+        return False
+
+
+def capture(model: torch.nn.Module) -> Capture:
+    """``with capture(model) as heads: model(**inputs)`` records the exact per-head attention of
+    every layer of `model` that runs on headlight (its MultiheadAttention modules, and the layers of
+    a transformers model with attn_implementation set to the name ``register`` gave):
+    ``heads.attentions()``, ``heads[name]``, ``heads.statistics(name)``."""
+    return Capture(model)

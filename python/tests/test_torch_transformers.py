@@ -1,0 +1,127 @@
+"""headlight as a transformers attention implementation (headlight.torch.register): BERT, GPT-2 and
+Llama (grouped-query) models loaded with attn_implementation="headlight" give the logits and the
+gradients of "sdpa" and "eager", generate the same tokens with the KV cache, fine-tune, and
+capture the attention that output_attentions returns with "eager"."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModel, AutoModelForCausalLM
+
+import headlight.torch as ht
+from conftest import grad_floor, rel_err
+from test_models_hf import CONFIGS, randomise
+
+NAMES = ["bert", "gpt2", "llama-gqa"]
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+    ht.register()
+    out = {}
+    for i, name in enumerate(NAMES):
+        torch.manual_seed(i)
+        path = tmp_path_factory.mktemp(name)
+        randomise(CONFIGS[name](), 100 + i).save_pretrained(path)
+        out[name] = path
+    return out
+
+
+def load(folders, name, impl):
+    auto = AutoModel if name == "bert" else AutoModelForCausalLM
+    return auto.from_pretrained(folders[name], attn_implementation=impl).eval()
+
+
+def batch(name, seed):
+    """Two sequences of 13 tokens, the second padded after 9 (right padding)."""
+    rng = np.random.default_rng(seed)
+    ids = torch.from_numpy(rng.integers(2, 101, size=(2, 13)))
+    mask = torch.ones(2, 13, dtype=torch.long)
+    mask[1, 9:] = 0
+    kw = {"input_ids": ids, "attention_mask": mask}
+    if name == "bert":
+        kw["token_type_ids"] = torch.from_numpy(rng.integers(0, 2, size=(2, 13)))
+    return kw
+
+
+def output_of(out):
+    return out.logits if hasattr(out, "logits") else out.last_hidden_state
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_outputs_and_gradients_equal_sdpa_and_eager(folders, name):
+    kw = batch(name, 1)
+    keep = kw["attention_mask"].bool()[..., None]  # padded rows are not compared
+    results = {}
+    for impl in ("headlight", "sdpa", "eager"):
+        model = load(folders, name, impl)
+        assert model.config._attn_implementation == impl
+        out = output_of(model(**kw))
+        (out * keep).square().mean().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results[impl] = (out.detach(), grads)
+    ours, our_grads = results["headlight"]
+    for impl in ("sdpa", "eager"):
+        want, want_grads = results[impl]
+        scale = want.abs().max().item()
+        assert ((ours - want) * keep).abs().max().item() <= 1e-5 * scale, impl
+        assert our_grads.keys() == want_grads.keys()
+        # A gradient that is zero in exact arithmetic (the key bias's) is compared against a
+        # floor of a tenth of the largest gradient.
+        floor = grad_floor(*(g.numpy() for g in want_grads.values()))
+        for n, g in our_grads.items():
+            assert rel_err(g.numpy(), want_grads[n].numpy(), floor) <= 1e-4, (impl, n)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_capture_equals_eager_output_attentions(folders, name):
+    kw = batch(name, 2)
+    eager = load(folders, name, "eager")
+    want = eager(**kw, output_attentions=True).attentions
+    model = load(folders, name, "headlight")
+    with ht.capture(model) as heads:
+        out = model(**kw)
+    got = heads.attentions()
+    assert len(got) == len(want) == model.config.num_hidden_layers
+    live = kw["attention_mask"].bool()  # padded query rows differ (eager: uniform; ours: zeros)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        assert (g - w)[live[:, None, :, None].expand_as(g)].abs().max().item() <= 1e-5
+    # Capture does not change the output, and ends with the block.
+    assert torch.allclose(output_of(out), output_of(model(**kw)), atol=0, rtol=0)
+    layer = heads.layers[0]
+    stats = heads.statistics(layer)
+    p = heads[layer]
+    assert torch.equal(stats["argmax"], p.argmax(-1))
+    assert torch.allclose(stats["max_weight"], p.max(-1).values)
+    with ht.capture(model) as again:
+        pass
+    assert again.calls == [] and not hasattr(model, "_headlight_capture")
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama-gqa"])
+def test_greedy_generation_with_the_kv_cache_equals_sdpa(folders, name):
+    ids = torch.from_numpy(np.random.default_rng(3).integers(2, 101, size=(1, 7)))
+    outs = [load(folders, name, impl).generate(ids, max_new_tokens=12, do_sample=False,
+                                                 pad_token_id=0)
+            for impl in ("headlight", "sdpa")]
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_fine_tuning_follows_sdpa_step_for_step(folders):
+    # A few AdamW steps of GPT-2 on headlight and on SDPA, dropout off: the same losses.
+    kw = batch("gpt2", 4)
+    losses = {}
+    for impl in ("headlight", "sdpa"):
+        torch.manual_seed(0)
+        model = load(folders, "gpt2", impl)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        losses[impl] = []
+        for _ in range(5):
+            opt.zero_grad()
+            loss = model(**kw, labels=kw["input_ids"]).loss
+            loss.backward()
+            opt.step()
+            losses[impl].append(loss.item())
+    assert losses["headlight"][-1] < losses["headlight"][0]
+    np.testing.assert_allclose(losses["headlight"], losses["sdpa"], rtol=1e-5)
