@@ -73,6 +73,29 @@ def _shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     return lse + (v.shape[-1],), lse
 
 
+def _run_forward(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed,
+                 need_probs):
+    """The kernels: (output, lse, probabilities or None), seed an int."""
+    r = _headlight.scaled_dot_product_attention(
+        _array(query), _array(key), _array(value), _maybe_array(attn_mask), dropout_p, is_causal,
+        scale, enable_gqa, seed=seed, return_lse=True, return_probs=need_probs)
+    return _tensor(r[0]), _tensor(r[1]), _tensor(r[2]) if need_probs else None
+
+
+def _run_backward(grad_output, query, key, value, attn_mask, output, lse, dropout_p, is_causal,
+                  scale, enable_gqa, seed):
+    """The fused backward from the forward's output and lse: (dq, dk, dv)."""
+    dq, dk, dv = _headlight.scaled_dot_product_attention_backward(
+        _array(query), _array(key), _array(value), _array(grad_output), _maybe_array(attn_mask),
+        is_causal, scale, enable_gqa, dropout_p=dropout_p, seed=seed, output=_array(output),
+        lse=_array(lse))
+    return _tensor(dq), _tensor(dk), _tensor(dv)
+
+
+# The operators, for graphs (torch.compile, export, opcheck): the seed is a tensor, so that a
+# compiled graph draws it at run time.
+
+
 @torch.library.custom_op("headlight::sdpa", mutates_args=(), device_types="cpu")
 def _sdpa(
     query: torch.Tensor,
@@ -86,11 +109,9 @@ def _sdpa(
     seed: Optional[torch.Tensor],
     need_probs: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    r = _headlight.scaled_dot_product_attention(
-        _array(query), _array(key), _array(value), _maybe_array(attn_mask), dropout_p, is_causal,
-        scale, enable_gqa, seed=_seed_of(seed), return_lse=True, return_probs=need_probs)
-    probs = _tensor(r[2]) if need_probs else query.new_empty((0,), dtype=torch.float32)
-    return _tensor(r[0]), _tensor(r[1]), probs
+    out, lse, probs = _run_forward(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                   enable_gqa, _seed_of(seed), need_probs)
+    return out, lse, query.new_empty((0,), dtype=torch.float32) if probs is None else probs
 
 
 @_sdpa.register_fake
@@ -117,11 +138,8 @@ def _sdpa_backward(
     enable_gqa: bool,
     seed: Optional[torch.Tensor],
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    dq, dk, dv = _headlight.scaled_dot_product_attention_backward(
-        _array(query), _array(key), _array(value), _array(grad_output), _maybe_array(attn_mask),
-        is_causal, scale, enable_gqa, dropout_p=dropout_p, seed=_seed_of(seed),
-        output=_array(output), lse=_array(lse))
-    return _tensor(dq), _tensor(dk), _tensor(dv)
+    return _run_backward(grad_output, query, key, value, attn_mask, output, lse, dropout_p,
+                         is_causal, scale, enable_gqa, _seed_of(seed))
 
 
 @_sdpa_backward.register_fake
@@ -151,6 +169,31 @@ def _backward(ctx, grad_output, grad_lse, grad_probs):
 _sdpa.register_autograd(_backward, setup_context=_setup_context)
 
 
+class _Sdpa(torch.autograd.Function):
+    """The eager path: the same kernels and the same autograd formula as the operator, without
+    the dispatcher's per-call cost (tens of microseconds, more than a small problem's kernel)."""
+
+    @staticmethod
+    def forward(ctx, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed,
+                need_probs):
+        out, lse, probs = _run_forward(query, key, value, attn_mask, dropout_p, is_causal, scale,
+                                       enable_gqa, seed, need_probs)
+        ctx.save_for_backward(query, key, value, attn_mask, out, lse)
+        ctx.options = (dropout_p, is_causal, scale, enable_gqa, seed)
+        if probs is None:
+            return out
+        ctx.mark_non_differentiable(probs)
+        return out, probs
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_probs=None):
+        query, key, value, attn_mask, out, lse = ctx.saved_tensors
+        dropout_p, is_causal, scale, enable_gqa, seed = ctx.options
+        dq, dk, dv = _run_backward(grad_output, query, key, value, attn_mask, out, lse, dropout_p,
+                                   is_causal, scale, enable_gqa, seed)
+        return dq, dk, dv, None, None, None, None, None, None, None
+
+
 def _check(name: str, t, dtypes) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
@@ -174,7 +217,9 @@ def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: 
 
 def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
                need_probs):
-    """The op's (output, probabilities or an empty tensor), after checking the arguments."""
+    """(output, probabilities when need_probs), after checking the arguments: the operator
+    while torch.compile traces, else the same kernels through _Sdpa (or directly, without
+    autograd)."""
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check(name, t, _DTYPES)
     if key.dtype != query.dtype or value.dtype != query.dtype:
@@ -185,14 +230,25 @@ def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable
         if attn_mask.requires_grad and torch.is_grad_enabled():
             raise ValueError("attn_mask: requires grad, and headlight does not compute the "
                              "gradient of a mask (detach it, or use torch's own attention)")
-    seed = None
-    if dropout_p > 0.0:  # from torch's generator, as a tensor so that compiled graphs keep it
-        seed = torch.randint(0, 2**62, (), dtype=torch.int64)
-    out, _, probs = torch.ops.headlight.sdpa(query, key, value, attn_mask, float(dropout_p),
-                                             bool(is_causal),
-                                             None if scale is None else float(scale),
-                                             bool(enable_gqa), seed, bool(need_probs))
-    return out, probs.detach()
+    scale = None if scale is None else float(scale)
+    dropout_p, is_causal, enable_gqa = float(dropout_p), bool(is_causal), bool(enable_gqa)
+    if torch.compiler.is_compiling():  # the operator, which graphs can hold
+        seed = None
+        if dropout_p > 0.0:  # from torch's generator, as a tensor: drawn when the graph runs
+            seed = torch.randint(0, 2**62, (), dtype=torch.int64)
+        out, _, probs = torch.ops.headlight.sdpa(query, key, value, attn_mask, dropout_p,
+                                                 is_causal, scale, enable_gqa, seed,
+                                                 bool(need_probs))
+        return out, probs.detach()
+    seed = int(torch.randint(0, 2**62, ()).item()) if dropout_p > 0.0 else 0
+    args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed)
+    if not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
+                                         or value.requires_grad)):
+        out, _, probs = _run_forward(*args, bool(need_probs))
+        return out, probs
+    if need_probs:
+        return _Sdpa.apply(*args, True)
+    return _Sdpa.apply(*args, False), None
 
 
 class MultiheadAttention(torch.nn.MultiheadAttention):

@@ -141,6 +141,12 @@ def test_dropout_is_seeded_by_torch_and_its_gradient_uses_the_same_mask():
     go = torch.randn_like(out)
     dv = torch.autograd.grad(out, v, go)[0]
     assert torch.allclose(dv, probs.transpose(-1, -2) @ go, atol=1e-5)
+    # The same through the eager path (an autograd.Function, not the operator's dispatch).
+    out, probs = ht._attention(q, k, v, None, 0.3, False, None, False, True)
+    assert (probs == 0).float().mean().item() > 0.1
+    assert torch.allclose(out, probs @ v, atol=1e-5)
+    dv = torch.autograd.grad(out, v, go)[0]
+    assert torch.allclose(dv, probs.transpose(-1, -2) @ go, atol=1e-5)
     # Unbiased: without dropout the mean over many seeds.
     ref = ht.scaled_dot_product_attention(q, k, v)
     mean = sum(ht.scaled_dot_product_attention(q, k, v, dropout_p=0.3) for _ in range(400)) / 400

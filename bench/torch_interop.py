@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""headlight inside PyTorch against PyTorch itself, in one run.
+
+    .venv/bin/python bench/torch_interop.py [--threads 2] [--runs 5] [--rounds 3] [--quick]
+
+1. The operator: forward + backward of headlight.torch.scaled_dot_product_attention against
+   torch.nn.functional.scaled_dot_product_attention (float32, B = 1, H = 8), N ∈ {512, 2048},
+   D ∈ {64, 128}, causal and not; GFLOP/s from 4·B·H·N²·D forward + 2.5× that backward (halved
+   when causal), as a fraction of the FMA peak measured in the same run.
+2. Per-call overhead: the operator against the numpy front (headlight.scaled_dot_product_attention)
+   on a 1-row, 8-wide problem, where the kernel's own time is negligible: the difference is what
+   the PyTorch wrapping costs (custom op dispatch, views of the tensors).
+3. A transformers GPT-2-small-shaped model (random weights, 12 layers × 12 heads, 768 wide, one
+   sequence of 512 tokens): forward, a training step (forward + backward of the LM loss) with
+   attn_implementation "headlight" against "sdpa", and capture of every head
+   (headlight.torch.capture) against output_attentions=True with "eager".
+
+Each figure is the median over --rounds of medians of --runs calls. Prints Markdown tables.
+"""
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
+sys.path.insert(0, str(ROOT / "build" / "release" / "python"))
+
+import headlight  # noqa: E402
+import headlight.torch as ht  # noqa: E402
+
+
+def median_seconds(fn, runs, warmup=1):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def rounds(fn, n):
+    return statistics.median(fn() for _ in range(n))
+
+
+def fma_peak(threads):
+    out = subprocess.run([str(CLI), "bench", "peak", "--threads", str(threads), "--json"],
+                         check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["peak_gflops"]
+
+
+def op_rows(args, peak):
+    rows = []
+    shapes = [(512, 64), (2048, 64), (512, 128), (2048, 128)]
+    if args.quick:
+        shapes = [(512, 64)]
+    for N, D in shapes:
+        for causal in (False, True):
+            g = torch.Generator().manual_seed(0)
+            q, k, v = (torch.randn(1, 8, N, D, generator=g).requires_grad_() for _ in range(3))
+            go = torch.randn(1, 8, N, D, generator=g)
+
+            def step(f):
+                def run():
+                    q.grad = k.grad = v.grad = None
+                    f(q, k, v, is_causal=causal).backward(go)
+                return run
+
+            ours = step(ht.scaled_dot_product_attention)
+            theirs = step(torch.nn.functional.scaled_dot_product_attention)
+            t_ours = rounds(lambda: median_seconds(ours, args.runs), args.rounds)
+            t_theirs = rounds(lambda: median_seconds(theirs, args.runs), args.rounds)
+            flops = 4 * 8 * N * N * D * 3.5 * (0.5 if causal else 1.0)
+            rows.append((f"N={N}, D={D}{' causal' if causal else ''}",
+                         f"{t_ours * 1e3:.2f} ms", f"{flops / t_ours / 1e9:.0f}",
+                         f"{flops / t_ours / 1e9 / peak:.2f}", f"{t_theirs * 1e3:.2f} ms",
+                         f"{t_theirs / t_ours:.2f}×"))
+    return rows
+
+
+def overhead_rows(args):
+    q = torch.randn(1, 1, 1, 8)
+    qn = q.numpy()
+    calls = 2000
+
+    def loop(f, x):
+        def run():
+            for _ in range(calls):
+                f(x, x, x)
+        return run
+
+    t_op = rounds(lambda: median_seconds(loop(ht.scaled_dot_product_attention, q), args.runs),
+                  args.rounds) / calls
+    t_np = rounds(lambda: median_seconds(loop(headlight.scaled_dot_product_attention, qn),
+                                         args.runs), args.rounds) / calls
+    t_torch = rounds(lambda: median_seconds(
+        loop(torch.nn.functional.scaled_dot_product_attention, q), args.runs), args.rounds) / calls
+    qg = q.clone().requires_grad_()
+    t_grad = rounds(lambda: median_seconds(loop(ht.scaled_dot_product_attention, qg), args.runs),
+                    args.rounds) / calls
+    t_torch_grad = rounds(lambda: median_seconds(
+        loop(torch.nn.functional.scaled_dot_product_attention, qg), args.runs), args.rounds) / calls
+    return [("headlight.torch op", f"{t_op * 1e6:.1f} µs", f"{(t_op - t_np) * 1e6:+.1f} µs"),
+            ("headlight.torch op, input requires grad (autograd graph)", f"{t_grad * 1e6:.1f} µs",
+             f"{(t_grad - t_np) * 1e6:+.1f} µs"),
+            ("headlight numpy front", f"{t_np * 1e6:.1f} µs", ""),
+            ("torch SDPA", f"{t_torch * 1e6:.1f} µs", ""),
+            ("torch SDPA, input requires grad", f"{t_torch_grad * 1e6:.1f} µs", "")]
+
+
+def gpt2_rows(args):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    ht.register()
+    torch.manual_seed(0)
+    config = GPT2Config(n_layer=12 if not args.quick else 2, n_head=12, n_embd=768,
+                        n_positions=1024, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)
+    base = GPT2LMHeadModel(config)
+    state = base.state_dict()
+    ids = torch.randint(0, config.vocab_size, (1, 512), generator=torch.Generator().manual_seed(1))
+    models = {}
+    for impl in ("headlight", "sdpa", "eager"):
+        config._attn_implementation = impl
+        m = GPT2LMHeadModel(config)
+        m.load_state_dict(state)
+        models[impl] = m.eval()
+
+    def forward(m, **kw):
+        def run():
+            with torch.no_grad():
+                m(ids, **kw)
+        return run
+
+    def train_step(m):
+        def run():
+            m.zero_grad(set_to_none=True)
+            m(ids, labels=ids).loss.backward()
+        return run
+
+    def capture():
+        with torch.no_grad(), ht.capture(models["headlight"]) as heads:
+            models["headlight"](ids)
+        return heads
+
+    time_of = lambda fn: rounds(lambda: median_seconds(fn, args.runs), args.rounds)  # noqa: E731
+    f_hl, f_sdpa = time_of(forward(models["headlight"])), time_of(forward(models["sdpa"]))
+    s_hl, s_sdpa = time_of(train_step(models["headlight"])), time_of(train_step(models["sdpa"]))
+    c_hl = time_of(capture)
+    c_eager = time_of(forward(models["eager"], output_attentions=True))
+    return [("forward", f"{f_hl * 1e3:.0f} ms", "sdpa", f"{f_sdpa * 1e3:.0f} ms",
+             f"{f_sdpa / f_hl:.2f}×"),
+            ("training step", f"{s_hl * 1e3:.0f} ms", "sdpa", f"{s_sdpa * 1e3:.0f} ms",
+             f"{s_sdpa / s_hl:.2f}×"),
+            ("capture of every head", f"{c_hl * 1e3:.0f} ms", "eager, output_attentions",
+             f"{c_eager * 1e3:.0f} ms", f"{c_eager / c_hl:.2f}×")]
+
+
+def table(header, rows):
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
+    for r in rows:
+        print("| " + " | ".join(r) + " |")
+    print()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="one shape, a 2-layer model (a smoke run)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    peak = fma_peak(args.threads)
+    print(f"torch {torch.__version__}, {args.threads} threads, FMA peak {peak:.0f} GFLOP/s "
+          f"(measured in this run); medians of {args.rounds} rounds × {args.runs} runs\n")
+    table(["forward + backward, fp32, B=1, H=8", "headlight.torch", "GFLOP/s", "of peak",
+           "torch SDPA", "speed-up"], op_rows(args, peak))
+    table(["per call, 1×1×1×8", "time", "over the numpy front"], overhead_rows(args))
+    table(["GPT-2-small shape, 512 tokens", "headlight", "peer", "peer time", "speed-up"],
+          gpt2_rows(args))
+
+
+if __name__ == "__main__":
+    main()
