@@ -78,7 +78,8 @@ def _run_forward(query, key, value, attn_mask, dropout_p, is_causal, scale, enab
     """The kernels: (output, lse, probabilities or None), seed an int."""
     r = _headlight.scaled_dot_product_attention(
         _array(query), _array(key), _array(value), _maybe_array(attn_mask), dropout_p, is_causal,
-        scale, enable_gqa, seed=seed, return_lse=True, return_probs=need_probs)
+        scale, enable_gqa, seed=seed, return_lse=True, return_probs=need_probs,
+        threads=torch.get_num_threads())
     return _tensor(r[0]), _tensor(r[1]), _tensor(r[2]) if need_probs else None
 
 
@@ -88,7 +89,7 @@ def _run_backward(grad_output, query, key, value, attn_mask, output, lse, dropou
     dq, dk, dv = _headlight.scaled_dot_product_attention_backward(
         _array(query), _array(key), _array(value), _array(grad_output), _maybe_array(attn_mask),
         is_causal, scale, enable_gqa, dropout_p=dropout_p, seed=seed, output=_array(output),
-        lse=_array(lse))
+        lse=_array(lse), threads=torch.get_num_threads())
     return _tensor(dq), _tensor(dk), _tensor(dv)
 
 

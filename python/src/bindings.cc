@@ -42,6 +42,11 @@ SdpaOptions sdpa_options(const py::object& attn_mask, py::array& mask_keep, floa
   return o;
 }
 
+int checked_threads(int threads) {
+  check(threads >= 0, "threads: must be 0 (OpenMP's default) or more, got {}", threads);
+  return threads;
+}
+
 // The Python MultiheadAttention: the C++ module plus the thread context it runs on.
 struct PyMultiheadAttention {
   MultiheadAttention module;
@@ -127,7 +132,7 @@ void bind_sdpa(py::module_& m) {
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& attn_mask, float dropout_p, bool is_causal, std::optional<double> scale,
          bool enable_gqa, uint64_t seed, const std::string& kernel, bool return_lse,
-         bool return_probs) -> py::object {
+         bool return_probs, int threads) -> py::object {
         py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
         py::array v = as_attention_input(value, "value"), mask_keep;
         SdpaOptions o = sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa,
@@ -136,7 +141,7 @@ void bind_sdpa(py::module_& m) {
         const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v);  // with the GIL held
         {
           py::gil_scoped_release release;
-          ThreadContext ctx;
+          ThreadContext ctx(checked_threads(threads));
           if (return_lse || return_probs)
             r = attention::scaled_dot_product_attention_with_lse(ctx, qv, kv, vv, o, return_probs);
           else
@@ -153,19 +158,20 @@ void bind_sdpa(py::module_& m) {
       py::arg("dropout_p") = 0.0f, py::arg("is_causal") = false, py::arg("scale") = py::none(),
       py::arg("enable_gqa") = false, py::kw_only(), py::arg("seed") = 0,
       py::arg("kernel") = "automatic", py::arg("return_lse") = false,
-      py::arg("return_probs") = false,
+      py::arg("return_probs") = false, py::arg("threads") = 0,
       "PyTorch's scaled_dot_product_attention semantics; a row with no allowed key gives zeros. "
       "float32 or ml_dtypes.bfloat16 arrays (all three of one dtype; the output has it). With "
       "return_lse, (output, lse): lse is each row's log-sum-exp of its scores (float32, the "
       "output's shape without its last dim), which the backward can take with the output. "
-      "return_probs appends the exact probabilities (float32 (..., L, S), after dropout).");
+      "return_probs appends the exact probabilities (float32 (..., L, S), after dropout). threads: "
+      "0 for OpenMP's default.");
 
   m.def(
       "scaled_dot_product_attention_backward",
       [](const py::object& query, const py::object& key, const py::object& value,
          const py::object& grad_output, const py::object& attn_mask, bool is_causal,
          std::optional<double> scale, bool enable_gqa, const std::string& kernel, float dropout_p,
-         uint64_t seed, const py::object& output, const py::object& lse) {
+         uint64_t seed, const py::object& output, const py::object& lse, int threads) {
         py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
         py::array v = as_attention_input(value, "value");
         py::array go = as_attention_input(grad_output, "grad_output");
@@ -185,7 +191,7 @@ void bind_sdpa(py::module_& m) {
         const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v), gv = view_of(go);
         {
           py::gil_scoped_release release;
-          ThreadContext ctx;
+          ThreadContext ctx(checked_threads(threads));
           g = attention::scaled_dot_product_attention_backward(ctx, qv, kv, vv, gv, o, saved);
         }
         return py::make_tuple(to_numpy(std::move(g.query)), to_numpy(std::move(g.key)),
@@ -195,7 +201,7 @@ void bind_sdpa(py::module_& m) {
       py::arg("attn_mask") = py::none(), py::arg("is_causal") = false,
       py::arg("scale") = py::none(), py::arg("enable_gqa") = false, py::kw_only(),
       py::arg("kernel") = "automatic", py::arg("dropout_p") = 0.0f, py::arg("seed") = 0,
-      py::arg("output") = py::none(), py::arg("lse") = py::none(),
+      py::arg("output") = py::none(), py::arg("lse") = py::none(), py::arg("threads") = 0,
       "Gradients (grad_query, grad_key, grad_value) of scaled_dot_product_attention (with its "
       "dropout_p and seed). output and lse (the forward's, return_lse=True) spare recomputing "
       "the forward.");

@@ -184,3 +184,29 @@ def test_unknown_kernel_is_a_value_error():
     q = np.ones((2, 3, 4), np.float32)
     with pytest.raises(ValueError, match="kernel: unknown kernel 'fast'"):
         headlight.scaled_dot_product_attention(q, q, q, kernel="fast")
+
+
+def test_threads_and_saved_forward_arguments():
+    rng = np.random.default_rng(4)
+    q, k, v = (rng.standard_normal((2, 3, 9, 8)).astype(np.float32) for _ in range(3))
+    with pytest.raises(ValueError, match="threads: must be 0"):
+        headlight.scaled_dot_product_attention(q, k, v, threads=-1)
+    # One thread or two: the same bits; the forward's output and lse handed to the backward give
+    # the gradients it computes on its own.
+    out, lse = headlight.scaled_dot_product_attention(q, k, v, is_causal=True, return_lse=True,
+                                                      threads=1)
+    assert lse.shape == (2, 3, 9) and lse.dtype == np.float32
+    assert np.array_equal(out, headlight.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                      threads=2))
+    go = rng.standard_normal(out.shape).astype(np.float32)
+    want = headlight.scaled_dot_product_attention_backward(q, k, v, go, is_causal=True)
+    got = headlight.scaled_dot_product_attention_backward(q, k, v, go, is_causal=True, output=out,
+                                                          lse=lse, threads=2)
+    for a, b in zip(got, want):
+        assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="saved lse"):
+        headlight.scaled_dot_product_attention_backward(q, k, v, go, output=out, lse=lse[..., :4])
+    # Probabilities from the same pass: rows sum to one, and output = P·V.
+    out, probs = headlight.scaled_dot_product_attention(q, k, v, return_probs=True)
+    assert np.allclose(probs.sum(-1), 1.0, atol=1e-5)
+    assert np.allclose(out, probs @ v, atol=1e-5)

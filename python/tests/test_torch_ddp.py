@@ -1,0 +1,45 @@
+"""headlight under torch.distributed: two processes launched by torchrun (gloo, localhost) train a
+small transformer with DDP, attention on headlight, and follow one process on the combined batch
+step for step; capture works on each rank (python/tests/ddp_train.py)."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "ddp_train.py"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run(cmd, tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the build tree's package
+    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+def test_ddp_on_two_ranks_equals_one_process_on_the_whole_batch(tmp_path):
+    torchrun = Path(sys.executable).parent / "torchrun"
+    run([str(torchrun), "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
+         "--master_port", str(free_port()), str(SCRIPT), "--out", "ddp.json"], tmp_path)
+    run([sys.executable, str(SCRIPT), "--out", "one.json"], tmp_path)
+    ranks = [json.loads((tmp_path / f"ddp.json.{r}").read_text()) for r in (0, 1)]
+    one = json.loads((tmp_path / "one.json.0").read_text())
+    assert [r["world"] for r in ranks] == [2, 2] and one["world"] == 1
+    ddp_losses, one_losses = np.array(ranks[0]["losses"]), np.array(one["losses"])
+    assert len(ddp_losses) == len(one_losses) == 30
+    assert one_losses[-1] < 0.7 * one_losses[0]  # it learns
+    np.testing.assert_allclose(ddp_losses, one_losses, rtol=2e-5)
+    for r in ranks:  # each rank captured its half of the batch (4 sequences), every layer
+        assert r["captured"] == {f"blocks.{i}.attn": [4, 4, 24, 24] for i in range(2)}
+        assert r["rows_sum_to_one"]
