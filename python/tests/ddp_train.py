@@ -23,10 +23,10 @@ VOCAB, WIDTH, HEADS, LAYERS, SEQ, BATCH = 61, 32, 4, 2, 24, 8
 
 
 class Block(torch.nn.Module):
-    def __init__(self):
+    def __init__(self, attention):
         super().__init__()
         self.ln1 = torch.nn.LayerNorm(WIDTH)
-        self.attn = ht.MultiheadAttention(WIDTH, HEADS, batch_first=True)
+        self.attn = attention(WIDTH, HEADS, batch_first=True)
         self.ln2 = torch.nn.LayerNorm(WIDTH)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(WIDTH, 4 * WIDTH), torch.nn.GELU(),
                                        torch.nn.Linear(4 * WIDTH, WIDTH))
@@ -38,11 +38,13 @@ class Block(torch.nn.Module):
 
 
 class TinyLM(torch.nn.Module):
-    def __init__(self):
+    """attention: headlight.torch.MultiheadAttention, or torch's own to compare with."""
+
+    def __init__(self, attention=ht.MultiheadAttention):
         super().__init__()
         self.emb = torch.nn.Embedding(VOCAB, WIDTH)
         self.pos = torch.nn.Parameter(torch.randn(SEQ, WIDTH) * 0.02)
-        self.blocks = torch.nn.ModuleList(Block() for _ in range(LAYERS))
+        self.blocks = torch.nn.ModuleList(Block(attention) for _ in range(LAYERS))
         self.head = torch.nn.Linear(WIDTH, VOCAB)
 
     def forward(self, ids):
