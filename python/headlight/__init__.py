@@ -31,6 +31,8 @@ from ._headlight import (  # noqa: F401
     ByteLevelBPETokenizer,
     scaled_dot_product_attention,
     scaled_dot_product_attention_backward,
+    head_roles,
+    head_report,
 )
 
 __version__ = "0.1.0"
@@ -52,4 +54,6 @@ __all__ = [
     "ByteLevelBPETokenizer",
     "scaled_dot_product_attention",
     "scaled_dot_product_attention_backward",
+    "head_roles",
+    "head_report",
 ]

@@ -321,6 +321,26 @@ class Capture:
         top, arg = p.max(dim=-1)
         return {"entropy": -(p * logs).sum(-1), "argmax": arg, "max_weight": top}
 
+    def probs(self, batch: int = 0) -> torch.Tensor:
+        """Every layer's last probabilities for sequence `batch`, stacked: (n_layer, H, L, S)."""
+        return torch.stack([p[batch] for p in self.attentions()])
+
+    def roles(self, batch: int = 0, causal: bool = True, repeated: int = 0) -> list[dict]:
+        """Each head's role scores from the captured attention of sequence `batch`
+        (headlight.head_roles: previous token, first token, self, local; with `repeated` = n,
+        when the input was n random tokens repeated twice, induction and previous_token too)."""
+        return _headlight.head_roles(self.probs(batch).numpy(), causal=causal, repeated=repeated)
+
+    def report(self, path: str, token_text: list[str], batch: int = 0, causal: bool = True,
+               repeated: int = 0, tokens=None, title: str = "headlight: what each head does",
+               model_summary: str = "") -> None:
+        """Writes the HTML head report `headlight explain` writes (head view, model view, head
+        table of role scores) for sequence `batch`, one text per token
+        (headlight.head_report)."""
+        _headlight.head_report(path, self.probs(batch).numpy(), list(token_text), tokens=tokens,
+                               causal=causal, repeated=repeated, title=title,
+                               model_summary=model_summary)
+
     def __enter__(self):
         for m in self._modules:
             m._headlight_capture = self
@@ -337,5 +357,6 @@ def capture(model: torch.nn.Module) -> Capture:
     """``with capture(model) as heads: model(**inputs)`` records the exact per-head attention of
     every layer of `model` that runs on headlight (its MultiheadAttention modules, and the layers of
     a transformers model with attn_implementation set to the name ``register`` gave):
-    ``heads.attentions()``, ``heads[name]``, ``heads.statistics(name)``."""
+    ``heads.attentions()``, ``heads[name]``, ``heads.statistics(name)``, and from the captured
+    attention the role scores (``heads.roles()``) and the HTML head report (``heads.report()``)."""
     return Capture(model)

@@ -310,6 +310,7 @@ PYBIND11_MODULE(_headlight, m) {
   bind_gpt(m);
   bind_io(m);
   bind_load(m);
+  bind_inspect(m);
   m.doc() = "headlight: multi-head attention kernels, a PyTorch-compatible module, head inspection";
   py::register_exception<Error>(m, "HeadlightError", PyExc_ValueError);
 

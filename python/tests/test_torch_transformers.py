@@ -125,3 +125,43 @@ def test_fine_tuning_follows_sdpa_step_for_step(folders):
             losses[impl].append(loss.item())
     assert losses["headlight"][-1] < losses["headlight"][0]
     np.testing.assert_allclose(losses["headlight"], losses["sdpa"], rtol=1e-5)
+
+
+def test_role_scores_and_the_report_of_a_model_that_exists_only_in_pytorch(folders, tmp_path):
+    # GPT-2 (transformers) on n random tokens repeated twice: the role scores of the captured
+    # attention equal the formulas of docs/heads.md applied to eager's output_attentions.
+    n = 12
+    rng = np.random.default_rng(7)
+    half = rng.integers(2, 101, size=n)
+    ids = torch.from_numpy(np.concatenate([half, half]))[None]
+    model = load(folders, "gpt2", "headlight")
+    with ht.capture(model) as heads:
+        model(ids)
+    rows = heads.roles(repeated=n)
+    want = np.stack([a[0].detach().numpy() for a in
+                     load(folders, "gpt2", "eager")(ids, output_attentions=True).attentions])
+    L, H, T, _ = want.shape
+    assert len(rows) == L * H
+    for r in rows:
+        p = want[r["layer"], r["head"]]
+        s = r["scores"]
+        i = np.arange(1, T)
+        assert abs(s["previous_token"] - p[i, i - 1].mean()) < 1e-5
+        assert abs(s["first_token"] - p[i, 0].mean()) < 1e-5
+        assert abs(s["self"] - np.trace(p) / T) < 1e-5
+        k = np.arange(n - 1)
+        assert abs(s["induction"] - p[n + k, k + 1].mean()) < 1e-5
+        assert s["coreference"] is None and r["importance"] is None
+        assert r["role"] in ("previous_token", "first_token", "induction", "local", "self", "mixed")
+    # One text: the scores it cannot give are None.
+    assert heads.roles()[0]["scores"]["induction"] is None
+    # The report `headlight explain` writes, from the capture alone.
+    path = tmp_path / "report.html"
+    heads.report(str(path), token_text=[f" t{int(t)}" for t in ids[0]], repeated=n,
+                 model_summary="GPT-2 (transformers, random weights) on headlight")
+    html = path.read_text()
+    assert html.startswith("<!DOCTYPE html>") and "GPT-2 (transformers" in html
+    assert '"n_layer":2' in html and '"role":"' in html
+    with pytest.raises(ValueError, match="token_text: 3 texts for 24 tokens"):
+        heads.report(str(tmp_path / "bad.html"), token_text=["a", "b", "c"])
+    assert not (tmp_path / "bad.html").exists()

@@ -174,6 +174,37 @@ std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
   return rows;
 }
 
+std::vector<HeadRow> capture_head_table(const Capture& c, bool causal, int64_t repeated) {
+  check(repeated >= 0 && (repeated == 0 || 2 * repeated == c.seq),
+        "repeated: {} tokens repeated twice make {} tokens, the capture has {}", repeated,
+        2 * repeated, c.seq);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  std::vector<HeadRow> rows;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    for (int64_t h = 0; h < c.layer_heads[static_cast<size_t>(l)]; ++h) {
+      const float* p = c.head(l, h);
+      RoleScores s;
+      text_scores(p, c.seq, s, causal);
+      s.previous_token_text = s.previous_token;
+      s.previous_token = nan;
+      s.induction = nan;
+      if (repeated > 0) {  // the random-token sequence score_heads uses: both scores hold
+        s.previous_token = s.previous_token_text;
+        s.induction = induction_score(p, repeated);
+      }
+      s.coreference = s.coreference_accuracy = nan;
+      s.coreference_sentence = s.coreference_sentence_accuracy = nan;
+      rows.push_back({.layer = l,
+                      .head = h,
+                      .kv_head = h,
+                      .scores = s,
+                      .role = role_of(s),
+                      .importance = nan,
+                      .ablation = nan});
+    }
+  return rows;
+}
+
 std::string scores_json(const RoleScores& s) {
   return nlohmann::json{{"previous_token", s.previous_token},
                         {"previous_token_text", s.previous_token_text},

@@ -91,6 +91,31 @@ Capture capture_tokens(ThreadContext& ctx, model::GPT& m, const model::TextToken
   return cap;
 }
 
+Capture capture_from_probs(std::vector<int32_t> tokens, std::vector<std::string> token_text,
+                           int64_t n_layer, int64_t n_head, std::vector<float> probs) {
+  const auto T = static_cast<int64_t>(token_text.size());
+  check(T >= 1, "token_text: empty (one text per token is needed)");
+  check(static_cast<int64_t>(tokens.size()) == T, "tokens: {} ids for {} token texts",
+        tokens.size(), T);
+  check(n_layer >= 1 && n_head >= 1, "probs: {} layers × {} heads (at least one of each)", n_layer,
+        n_head);
+  check(static_cast<int64_t>(probs.size()) == n_layer * n_head * T * T,
+        "probs: {} values, expected n_layer {} × n_head {} × {} × {} tokens", probs.size(), n_layer,
+        n_head, T, T);
+  Capture cap;
+  cap.tokens = std::move(tokens);
+  cap.token_text = std::move(token_text);
+  cap.words = split_words(cap.token_text);
+  cap.n_layer = n_layer;
+  cap.n_head = n_head;
+  cap.seq = T;
+  cap.layer_heads.assign(static_cast<size_t>(n_layer), n_head);
+  cap.probs = std::move(probs);
+  for (int64_t lh = 0; lh < n_layer * n_head; ++lh)
+    cap.stats.push_back(head_stats(cap.probs.data() + lh * T * T, T));
+  return cap;
+}
+
 Capture capture_text(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
                      std::string_view text) {
   const auto ids = tokenizer.encode(text);

@@ -62,10 +62,10 @@ std::string role_of(const RoleScores& s) {
                                                      {"first_token", s.first_token},
                                                      {"induction", s.induction},
                                                      {"coreference", s.coreference}};
-  const auto* best =
-      std::max_element(std::begin(specific), std::end(specific),
-                       [](const auto& a, const auto& b) { return a.second < b.second; });
-  if (best->second >= 0.5) return best->first;
+  const std::pair<const char*, double>* best = nullptr;  // NaN: not measured, skipped
+  for (const auto& x : specific)
+    if (!std::isnan(x.second) && (!best || x.second > best->second)) best = &x;
+  if (best && best->second >= 0.5) return best->first;
   if (s.local >= 0.5) return "local";
   if (s.self >= 0.5) return "self";
   return "mixed";

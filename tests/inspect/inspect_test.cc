@@ -61,6 +61,53 @@ TEST(Roles, ScoresOnConstructedPatterns) {
   EXPECT_EQ(most_attended_mention(p.data(), T, 15, {{2, 2}, {8, 8}}), 1);
 }
 
+TEST(Capture, FromProbabilitiesComputedElsewhereWithItsHeadTable) {
+  // Two layers × two heads over n = 6 tokens repeated twice: an induction head, a previous-token
+  // head, a first-token head and a self head, as a PyTorch model's capture would bring them.
+  const int64_t n = 6, T = 2 * n;
+  const std::vector<std::vector<float>> heads = {
+      pattern(T, [&](int64_t i) { return i >= n ? i - n + 1 : 0; }),
+      pattern(T, [](int64_t i) { return i > 0 ? i - 1 : 0; }),
+      pattern(T, [](int64_t) { return int64_t{0}; }), pattern(T, [](int64_t i) { return i; })};
+  std::vector<float> probs;
+  for (const auto& h : heads) probs.insert(probs.end(), h.begin(), h.end());
+  std::vector<std::string> text;
+  std::vector<int32_t> ids;
+  for (int64_t i = 0; i < T; ++i) {
+    text.push_back(" w" + std::to_string(i % n));
+    ids.push_back(static_cast<int32_t>(i % n));
+  }
+  const Capture c = capture_from_probs(ids, text, 2, 2, probs);
+  EXPECT_EQ(c.words.size(), static_cast<size_t>(T));
+  ASSERT_EQ(c.stats.size(), 4u);
+  EXPECT_DOUBLE_EQ(c.stats[1].mean_distance, static_cast<double>(T - 1) / T);
+  // Scored as a repeated sequence: induction and previous token are measured.
+  auto rows = capture_head_table(c, /*causal=*/true, n);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].role, "induction");
+  EXPECT_DOUBLE_EQ(rows[0].scores.induction, 1.0);
+  EXPECT_EQ(rows[1].role, "previous_token");
+  EXPECT_EQ(rows[2].role, "first_token");
+  EXPECT_EQ(rows[3].role, "local");
+  EXPECT_TRUE(std::isnan(rows[0].importance) && std::isnan(rows[0].scores.coreference));
+  // As one text: what it cannot give is NaN (null in JSON), and the roles come from the rest.
+  rows = capture_head_table(c, true);
+  EXPECT_TRUE(std::isnan(rows[0].scores.induction) && std::isnan(rows[1].scores.previous_token));
+  EXPECT_DOUBLE_EQ(rows[1].scores.previous_token_text, 1.0);
+  EXPECT_EQ(rows[1].role, "local");  // a previous-token rule needs random tokens to be told apart
+  EXPECT_EQ(rows[2].role, "first_token");
+  EXPECT_NE(head_table_json(rows).find("\"induction\":null"), std::string::npos);
+  // Sizes that disagree are named.
+  headlight::testing::expect_error([&] { capture_from_probs(ids, text, 2, 3, probs); },
+                                   {"probs", "n_head 3"});
+  headlight::testing::expect_error(
+      [&] {
+        capture_from_probs({1, 2}, text, 2, 2, probs);
+      },
+      {"tokens", "2 ids for 12"});
+  headlight::testing::expect_error([&] { capture_head_table(c, true, 5); }, {"repeated", "12"});
+}
+
 TEST(Capture, WordsStatsAndNpy) {
   const std::vector<std::string> toks = {"Maria", " found", " a", " re", "d",
                                          " key",  ".",      "\n", "Then"};

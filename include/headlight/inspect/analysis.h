@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "headlight/core/thread_context.h"
+#include "headlight/inspect/capture.h"
 #include "headlight/inspect/importance.h"
 #include "headlight/inspect/roles.h"
 #include "headlight/load/model.h"
@@ -62,6 +63,13 @@ struct HeadRow {
 std::vector<HeadRow> head_table(ThreadContext& ctx, model::GPT& m,
                                 const model::TextTokenizer* tokenizer, const Dataset& d,
                                 const RoleOptions& o, RoleScores* uniform = nullptr);
+// The head table of a capture alone (attention computed elsewhere, capture_from_probs): the scores
+// one text gives (previous_token_text, first_token, self, local; `causal`: whether the rows could
+// see only earlier keys); with `repeated` = n the text is n tokens repeated twice (seq = 2n), and
+// previous_token and induction are scored on it as score_heads does. What the text cannot give is
+// NaN (JSON null, "n/a" in the report): coreference without the detective corpus, importance and
+// ablation without the model.
+std::vector<HeadRow> capture_head_table(const Capture& c, bool causal, int64_t repeated = 0);
 // The head the report opens with: the best coreference head (nullptr when rows is empty).
 const HeadRow* focus_head(const std::vector<HeadRow>& rows);
 // JSON documents that `headlight` prints with --json and the report draws (viz/report.h):

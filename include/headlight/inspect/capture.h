@@ -57,6 +57,12 @@ Capture capture_tokens(ThreadContext& ctx, model::GPT& m, const model::TextToken
 Capture capture_text(ThreadContext& ctx, model::GPT& m, const model::TextTokenizer& tokenizer,
                      std::string_view text);
 
+// A capture of attention computed elsewhere (a PyTorch model through headlight.torch.capture):
+// probs [n_layer, n_head, seq, seq] with seq = tokens.size() = token_text.size(); the words and
+// per-head statistics are filled in. Throws naming the argument when the sizes disagree.
+Capture capture_from_probs(std::vector<int32_t> tokens, std::vector<std::string> token_text,
+                           int64_t n_layer, int64_t n_head, std::vector<float> probs);
+
 // The statistics of one attention matrix p [seq, seq].
 HeadStats head_stats(const float* p, int64_t seq);
 
