@@ -8,7 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps venv configure build demo test test-cpp test-python fuzz clean format
+.PHONY: all deps venv configure build demo test test-cpp test-python test-asan fuzz clean format
 
 all: build
 
@@ -50,6 +50,21 @@ test-python: build
 	$(PY) -m pytest python/tests -q
 
 test: test-cpp test-python
+
+# The PyTorch boundary under AddressSanitizer + UBSan (not part of `test`: the sanitized build of the
+# extension takes about as long as the whole suite): headlight.torch's lifetime and operator tests
+# with the extension from build/asan-python, the ASan runtime preloaded into Python.
+ASAN_TESTS ?= python/tests/test_torch_memory.py python/tests/test_torch_op.py
+test-asan: venv
+	cmake --preset asan-python \
+	  -Dpybind11_DIR="$$($(PY) -m pybind11 --cmakedir)" > build/asan-python.configure.log 2>&1 || \
+	  { cat build/asan-python.configure.log; exit 1; }
+	cmake --build build/asan-python --target _headlight -j $(JOBS)
+	@# libstdc++ preloaded too: the ASan runtime must find __cxa_throw when it starts (Python is C).
+	LD_PRELOAD="$$(gcc -print-file-name=libasan.so) $$(gcc -print-file-name=libstdc++.so)" \
+	  ASAN_OPTIONS=detect_leaks=0 \
+	  PYTHONPATH=build/asan-python/python $(PY) -m pytest $(ASAN_TESTS) -q -p no:cacheprovider \
+	  -k "not compile"
 
 FUZZ_SECONDS ?= 60
 fuzz: deps
