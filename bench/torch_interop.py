@@ -7,6 +7,7 @@
    torch.nn.functional.scaled_dot_product_attention (float32, B = 1, H = 8), N ∈ {512, 2048},
    D ∈ {64, 128}, causal and not; GFLOP/s from 4·B·H·N²·D forward + 2.5× that backward (halved
    when causal), as a fraction of the FMA peak measured in the same run.
+   The same in bfloat16 (fractions of the bf16 peak, `headlight bench peak --dtype bf16`).
 2. Per-call overhead: the operator against the numpy front (headlight.scaled_dot_product_attention)
    on a 1-row, 8-wide problem, where the kernel's own time is negligible: the difference is what
    the PyTorch wrapping costs (custom op dispatch, views of the tensors).
@@ -54,13 +55,13 @@ def rounds(fn, n):
     return statistics.median(fn() for _ in range(n))
 
 
-def fma_peak(threads):
-    out = subprocess.run([str(CLI), "bench", "peak", "--threads", str(threads), "--json"],
-                         check=True, capture_output=True, text=True)
+def fma_peak(threads, dtype="f32"):
+    out = subprocess.run([str(CLI), "bench", "peak", "--threads", str(threads), "--dtype", dtype,
+                          "--json"], check=True, capture_output=True, text=True)
     return json.loads(out.stdout)["peak_gflops"]
 
 
-def op_rows(args, peak):
+def op_rows(args, peak, dtype=torch.float32):
     rows = []
     shapes = [(512, 64), (2048, 64), (512, 128), (2048, 128)]
     if args.quick:
@@ -68,8 +69,9 @@ def op_rows(args, peak):
     for N, D in shapes:
         for causal in (False, True):
             g = torch.Generator().manual_seed(0)
-            q, k, v = (torch.randn(1, 8, N, D, generator=g).requires_grad_() for _ in range(3))
-            go = torch.randn(1, 8, N, D, generator=g)
+            q, k, v = (torch.randn(1, 8, N, D, generator=g).to(dtype).requires_grad_()
+                       for _ in range(3))
+            go = torch.randn(1, 8, N, D, generator=g).to(dtype)
 
             def step(f):
                 def run():
@@ -198,6 +200,12 @@ def main():
           f"(measured in this run); medians of {args.rounds} rounds × {args.runs} runs\n")
     table(["forward + backward, fp32, B=1, H=8", "headlight.torch", "GFLOP/s", "of peak",
            "torch SDPA", "speed-up"], op_rows(args, peak))
+    if not args.quick:
+        peak16 = fma_peak(args.threads, "bf16")
+        print(f"bf16 peak {peak16:.0f} GFLOP/s (`headlight bench peak --dtype bf16`, this run)\n")
+        table(["forward + backward, bf16, B=1, H=8", "headlight.torch", "GFLOP/s",
+               "of bf16 peak", "torch SDPA bf16", "speed-up"],
+              op_rows(args, peak16, torch.bfloat16))
     table(["per call, 1×1×1×8", "time", "over the numpy front"], overhead_rows(args))
     table(["GPT-2-small shape, 512 tokens", "headlight", "peer", "peer time", "speed-up",
            "the model without attention: the most any attention can gain"], gpt2_rows(args))

@@ -165,3 +165,27 @@ def test_role_scores_and_the_report_of_a_model_that_exists_only_in_pytorch(folde
     with pytest.raises(ValueError, match="token_text: 3 texts for 24 tokens"):
         heads.report(str(tmp_path / "bad.html"), token_text=["a", "b", "c"])
     assert not (tmp_path / "bad.html").exists()
+
+
+def test_a_compiled_model_and_a_bf16_model(folders):
+    # torch.compile(fullgraph=True) traces the whole model with headlight's operator in it, and
+    # computes what eager does; a bf16 model's logits stay within bf16 rounding of "sdpa"'s.
+    kw = batch("llama-gqa", 5)
+    model = load(folders, "llama-gqa", "headlight")
+    want = model(**kw).logits
+    torch._dynamo.reset()
+    got = torch.compile(model, fullgraph=True, backend="aot_eager")(**kw).logits
+    torch._dynamo.reset()
+    keep = kw["attention_mask"].bool()[..., None]
+    assert ((got - want) * keep).abs().max().item() <= 1e-5 * want.abs().max().item()
+    ours = load(folders, "gpt2", "headlight").bfloat16()
+    theirs = load(folders, "gpt2", "sdpa").bfloat16()
+    kw = batch("gpt2", 6)
+    logits16 = ours(**kw).logits
+    assert logits16.dtype == torch.bfloat16
+    a, b = logits16.float(), theirs(**kw).logits.float()
+    exact = load(folders, "gpt2", "sdpa")(**kw).logits
+    keep = kw["attention_mask"].bool()[..., None]
+    err_ours = ((a - exact) * keep).abs().max().item()
+    err_theirs = ((b - exact) * keep).abs().max().item()
+    assert err_ours <= 2 * max(err_theirs, 0.02)
