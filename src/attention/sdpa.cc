@@ -276,29 +276,46 @@ SdpaGrads scaled_dot_product_attention_backward(ThreadContext& ctx, const Tensor
     sh.insert(sh.end(), {h, len, dim});
     return sh;
   };
-  Tensor dq(DType::f32, full(s.heads, s.len_q, s.head_dim));
-  Tensor dk(DType::f32, full(s.kv_heads, s.len_kv, s.head_dim));
-  Tensor dv(DType::f32, full(s.kv_heads, s.len_kv, s.value_dim));
-  auto contiguous_operand = [](Tensor& t) {
-    return Operand{.data = t.data(),
-                   .batch_stride = t.size(-3) * t.size(-2) * t.size(-1),
-                   .head_stride = t.size(-2) * t.size(-1),
-                   .row_stride = t.size(-1)};
+  // A gradient with its input's own elements (no broadcast dim expanded: the same count, so the
+  // same order) is written by the kernel in place, in the input's dtype; one of a broadcast input
+  // is accumulated in fp32 over the full shape, summed down, then (bf16) rounded once.
+  struct Grad {
+    Tensor t;
+    bool direct;
   };
-  r.params.dq = contiguous_operand(dq);
-  r.params.dk = contiguous_operand(dk);
-  r.params.dv = contiguous_operand(dv);
+  auto grad_for = [&](const TensorView& input, const Shape& shape) {
+    const bool direct = checked_numel(shape, "gradient") == input.numel();
+    return Grad{Tensor(direct ? query.dtype() : DType::f32, direct ? input.shape() : shape),
+                direct};
+  };
+  auto operand = [](Grad& g, const Shape& shape) {  // shape: batch + [heads, rows, width]
+    const int64_t n = static_cast<int64_t>(shape.size());
+    Operand o{.batch_stride = shape[n - 3] * shape[n - 2] * shape[n - 1],
+              .head_stride = shape[n - 2] * shape[n - 1],
+              .row_stride = shape[n - 1]};
+    if (g.t.dtype() == DType::bf16)
+      o.bf16 = g.t.data<bf16>();
+    else
+      o.data = g.t.data();
+    return o;
+  };
+  const Shape q_full = full(s.heads, s.len_q, s.head_dim);
+  const Shape k_full = full(s.kv_heads, s.len_kv, s.head_dim);
+  const Shape v_full = full(s.kv_heads, s.len_kv, s.value_dim);
+  Grad dq = grad_for(query, q_full), dk = grad_for(key, k_full), dv = grad_for(value, v_full);
+  r.params.dq = operand(dq, q_full);
+  r.params.dk = operand(dk, k_full);
+  r.params.dv = operand(dv, v_full);
   backward(ctx, r.params, options.kernel);
-  // Summed over broadcast dims in fp32, then (bf16 inputs) rounded once, as PyTorch returns them.
-  auto in_dtype = [&](Tensor&& g) {
-    if (query.dtype() != DType::bf16) return std::move(g);
-    Tensor out(DType::bf16, g.shape());
-    to_bf16(g.data(), out.data<bf16>(), static_cast<size_t>(g.numel()));
+  auto finish = [&](Grad& g, const TensorView& input) {
+    if (g.direct) return std::move(g.t);
+    Tensor summed = sum_to_shape(g.t, input.shape());
+    if (query.dtype() != DType::bf16) return summed;
+    Tensor out(DType::bf16, summed.shape());
+    to_bf16(summed.data(), out.data<bf16>(), static_cast<size_t>(summed.numel()));
     return out;
   };
-  return SdpaGrads{in_dtype(sum_to_shape(dq, query.shape())),
-                   in_dtype(sum_to_shape(dk, key.shape())),
-                   in_dtype(sum_to_shape(dv, value.shape()))};
+  return SdpaGrads{finish(dq, query), finish(dk, key), finish(dv, value)};
 }
 
 }  // namespace headlight::attention

@@ -235,32 +235,6 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
     }
 }
 
-// dK, dV [batch, kv_heads, len_kv, ·] = the sum of the chunks' partials
-// [chunks, batch, kv_heads, len_kv, D or Dv], added in chunk order.
-void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,
-                  const float* dk_part, const float* dv_part) {
-  const AttentionShape& sh = p.shape;
-  const int64_t D = sh.head_dim, Dv = sh.value_dim;
-  const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
-  ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
-    for (int64_t bg = range.begin; bg < range.end; ++bg)
-      for (int64_t j = 0; j < sh.len_kv; ++j) {
-        float* dk = p.dk.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
-        float* dv = p.dv.at(bg / sh.kv_heads, bg % sh.kv_heads, j);
-        const float* k0 = dk_part + bg * per_bg_k + j * D;
-        const float* v0 = dv_part + bg * per_bg_v + j * Dv;
-        std::memcpy(dk, k0, static_cast<size_t>(D) * sizeof(float));
-        std::memcpy(dv, v0, static_cast<size_t>(Dv) * sizeof(float));
-        for (int64_t c = 1; c < chunks; ++c) {
-          const float* kc = k0 + c * sh.batch * sh.kv_heads * per_bg_k;
-          const float* vc = v0 + c * sh.batch * sh.kv_heads * per_bg_v;
-          for (int64_t e = 0; e < D; ++e) dk[e] += kc[e];
-          for (int64_t x = 0; x < Dv; ++x) dv[x] += vc[x];
-        }
-      }
-  });
-}
-
 }  // namespace
 
 void flash_backward(ThreadContext& ctx, const AttentionParams& p) {

@@ -122,9 +122,11 @@ void pack_item_rows(const Operand& x, int64_t b, int64_t h, int64_t r0, int64_t 
                     int64_t pairs, uint32_t* dst, bf16* dst_t, int64_t ld_t) {
   std::vector<bf16> row(static_cast<size_t>(2 * pairs));
   for (int64_t r = 0; r < rows; ++r) {
-    std::fill(row.begin(), row.end(), bf16{});
-    for (int64_t e = 0; e < width; ++e)
-      row[static_cast<size_t>(e)] = to_bf16(x.value(b, h, r0 + r, e));
+    std::fill(row.begin() + width, row.end(), bf16{});
+    if (x.bf16)
+      std::memcpy(row.data(), x.bf16_at(b, h, r0 + r), static_cast<size_t>(width) * 2);
+    else
+      to_bf16(x.at(b, h, r0 + r), row.data(), static_cast<size_t>(width));
     std::memcpy(dst + r * pairs, row.data(), static_cast<size_t>(pairs) * 4);
     for (int64_t e = 0; e < width; ++e) dst_t[e * ld_t + r] = row[static_cast<size_t>(e)];
   }
@@ -245,11 +247,15 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
       for (int64_t x = 0; x < Dv; ++x) dv_rows[c * Dv + x] = w.dvt[x * bc + c];
     }
   }
+  std::vector<float> row(static_cast<size_t>(D));
   for (int64_t hg = 0; hg < G; ++hg)
-    for (int64_t r = 0; r < rows_total; ++r)
-      for (int64_t e = 0; e < D; ++e)
-        p.dq.store(it.b, it.g * G + hg, it.row_begin + r, e,
-                   w.dq[(hg * cr + r) * a.d16 + e] * scale);
+    for (int64_t r = 0; r < rows_total; ++r) {
+      const int64_t h = it.g * G + hg, i = it.row_begin + r;
+      float* dst = p.dq.bf16 ? row.data() : p.dq.at(it.b, h, i);
+      const float* src = w.dq + (hg * cr + r) * a.d16;
+      for (int64_t e = 0; e < D; ++e) dst[e] = src[e] * scale;
+      if (p.dq.bf16) to_bf16(dst, p.dq.bf16_at(it.b, h, i), static_cast<size_t>(D));
+    }
 }
 
 }  // namespace
@@ -320,24 +326,7 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
     run_item(p, a, carve(scratch, a), packed, dots.data(), dk, dv, it);
   });
   // dK and dV: the chunks' partials added in chunk order, stored (rounded for bf16).
-  ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
-    for (int64_t bg = range.begin; bg < range.end; ++bg)
-      for (int64_t j = 0; j < sh.len_kv; ++j) {
-        const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
-        for (int64_t e = 0; e < D; ++e) {
-          float s = 0;
-          for (int64_t c = 0; c < a.chunks; ++c)
-            s += dk_part[(c * sh.batch * sh.kv_heads + bg) * per_bg_k + j * D + e];
-          p.dk.store(b, g, j, e, s);
-        }
-        for (int64_t x = 0; x < Dv; ++x) {
-          float s = 0;
-          for (int64_t c = 0; c < a.chunks; ++c)
-            s += dv_part[(c * sh.batch * sh.kv_heads + bg) * per_bg_v + j * Dv + x];
-          p.dv.store(b, g, j, x, s);
-        }
-      }
-  });
+  add_partials(ctx, p, a.chunks, dk_part, dv_part);
 }
 
 }  // namespace headlight::attention::cpu

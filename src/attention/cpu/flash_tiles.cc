@@ -4,7 +4,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/core/tensor.h"
@@ -141,6 +143,36 @@ std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p) {
     }
   });
   return dot;
+}
+
+void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,
+                  const float* dk_part, const float* dv_part) {
+  const AttentionShape& sh = p.shape;
+  const int64_t D = sh.head_dim, Dv = sh.value_dim;
+  const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
+  const int64_t stride_k = sh.batch * sh.kv_heads * per_bg_k;  // one chunk's partials
+  const int64_t stride_v = sh.batch * sh.kv_heads * per_bg_v;
+  // row = Σ_c part[c] in chunk order, stored as the operand's dtype.
+  auto sum_into = [&](const Operand& o, int64_t b, int64_t g, int64_t j, const float* part0,
+                      int64_t stride, int64_t width, std::vector<float>& row) {
+    float* dst = o.bf16 ? row.data() : o.at(b, g, j);
+    std::memcpy(dst, part0, static_cast<size_t>(width) * sizeof(float));
+    for (int64_t c = 1; c < chunks; ++c) {
+      const float* pc = part0 + c * stride;
+      for (int64_t e = 0; e < width; ++e) dst[e] += pc[e];
+    }
+    if (o.bf16) to_bf16(dst, o.bf16_at(b, g, j), static_cast<size_t>(width));
+  };
+  ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
+    std::vector<float> row(static_cast<size_t>(std::max(D, Dv)));
+    for (int64_t bg = range.begin; bg < range.end; ++bg) {
+      const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
+      for (int64_t j = 0; j < sh.len_kv; ++j) {
+        sum_into(p.dk, b, g, j, dk_part + bg * per_bg_k + j * D, stride_k, D, row);
+        sum_into(p.dv, b, g, j, dv_part + bg * per_bg_v + j * Dv, stride_v, Dv, row);
+      }
+    }
+  });
 }
 
 const float* backward_dropout(const AttentionParams& p, const TilePos& t, const float* s, float* pd,

@@ -127,6 +127,12 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
 // are (float32 or bf16), summed in fp32 in order.
 std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p);
 
+// Backward: dK, dV [batch, kv_heads, len_kv, ·] = the sum of the chunks' partials
+// [chunks, batch, kv_heads, len_kv, D or Dv] (float32), added in chunk order and stored into p.dk
+// and p.dv (float32, or rounded once to bf16).
+void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,
+                  const float* dk_part, const float* dv_part);
+
 // Backward: P' and dP' of a tile with dropout (keep factors into pd: pd = P ⊙ keep, dp ← dp ⊙
 // keep); returns the probabilities the value gradient uses: pd with dropout, else s (P itself).
 const float* backward_dropout(const AttentionParams& p, const TilePos& t, const float* s, float* pd,
