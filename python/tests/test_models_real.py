@@ -528,3 +528,25 @@ def test_natural_coreference_equals_its_description(minilm, smollm2, tmp_path):
         bad["distractors"] = [{"name": "Nobody", "at": 0}]
         subset.write_text(json.dumps({"passages": [bad]}))
         minilm.coreference(str(subset))
+
+
+def test_smollm2_in_transformers_with_headlight_attention(smollm2_ref):
+    # The real pretrained Llama-family model, loaded by transformers, with every attention layer on
+    # headlight (headlight.torch.register): the logits and the captured attention equal "eager"'s.
+    import headlight.torch as ht
+
+    ids = torch.tensor([list(range(400, 440))], dtype=torch.long)
+    with torch.no_grad():
+        ref = smollm2_ref(ids, output_attentions=True)
+        smollm2_ref.set_attn_implementation(ht.register())
+        try:
+            with ht.capture(smollm2_ref) as heads:
+                got = smollm2_ref(ids).logits
+        finally:
+            smollm2_ref.set_attn_implementation("eager")
+    want = ref.logits
+    assert (got - want).abs().max().item() < 2e-5 * want.abs().max().item()
+    captured = heads.attentions()
+    assert len(captured) == 30
+    for layer, a in enumerate(ref.attentions):
+        assert (captured[layer] - a).abs().max().item() < 1e-4, layer
