@@ -38,7 +38,8 @@ _MASK_DTYPES = (torch.bool, torch.float32, torch.bfloat16)
 
 def _array(t: torch.Tensor) -> np.ndarray:
     """A numpy array over t's memory (no copy; strides kept): float32, bool or bfloat16."""
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if t.dtype == torch.bfloat16:
         import ml_dtypes
 
@@ -74,13 +75,15 @@ def _shapes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
 
 
 def _run_forward(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed,
-                 need_probs):
-    """The kernels: (output, lse, probabilities or None), seed an int."""
-    r = _headlight.scaled_dot_product_attention(
+                 need_probs, need_lse=True):
+    """The kernels: (output, lse or None, probabilities or None), seed an int."""
+    r = _headlight._sdpa_positional(
         _array(query), _array(key), _array(value), _maybe_array(attn_mask), dropout_p, is_causal,
-        scale, enable_gqa, seed=seed, return_lse=True, return_probs=need_probs,
-        threads=torch.get_num_threads())
-    return _tensor(r[0]), _tensor(r[1]), _tensor(r[2]) if need_probs else None
+        scale, enable_gqa, seed, "automatic", need_lse, need_probs, torch.get_num_threads())
+    if not (need_lse or need_probs):
+        return _tensor(r), None, None
+    return (_tensor(r[0]), _tensor(r[1]) if need_lse else None,
+            _tensor(r[-1]) if need_probs else None)
 
 
 def _run_backward(grad_output, query, key, value, attn_mask, output, lse, dropout_p, is_causal,
@@ -196,6 +199,8 @@ class _Sdpa(torch.autograd.Function):
 
 
 def _check(name: str, t, dtypes) -> None:
+    if type(t) is torch.Tensor and t.dtype in dtypes and t.device.type == "cpu":
+        return  # the common case, checked first and fast
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
@@ -245,7 +250,7 @@ def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable
     args = (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, seed)
     if not (torch.is_grad_enabled() and (query.requires_grad or key.requires_grad
                                          or value.requires_grad)):
-        out, _, probs = _run_forward(*args, bool(need_probs))
+        out, _, probs = _run_forward(*args, bool(need_probs), need_lse=False)  # no backward
         return out, probs
     if need_probs:
         return _Sdpa.apply(*args, True)

@@ -126,39 +126,42 @@ PyMultiheadAttention* make_multihead_attention(int64_t embed_dim, int64_t num_he
   return new PyMultiheadAttention{MultiheadAttention(c, seed), ThreadContext(threads.value_or(0))};
 }
 
+// headlight.scaled_dot_product_attention (and _sdpa_positional: the same without keyword
+// processing, for headlight.torch's per-call cost).
+py::object sdpa_call(const py::object& query, const py::object& key, const py::object& value,
+                     const py::object& attn_mask, float dropout_p, bool is_causal,
+                     std::optional<double> scale, bool enable_gqa, uint64_t seed,
+                     const std::string& kernel, bool return_lse, bool return_probs, int threads) {
+  py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
+  py::array v = as_attention_input(value, "value"), mask_keep;
+  SdpaOptions o =
+      sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa, seed, kernel);
+  attention::SdpaOutput r;
+  const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v);  // with the GIL held
+  {
+    py::gil_scoped_release release;
+    ThreadContext ctx(checked_threads(threads));
+    if (return_lse || return_probs)
+      r = attention::scaled_dot_product_attention_with_lse(ctx, qv, kv, vv, o, return_probs);
+    else
+      r.output = attention::scaled_dot_product_attention(ctx, qv, kv, vv, o);
+  }
+  if (!return_lse && !return_probs) return to_numpy(std::move(r.output));
+  py::list result;
+  result.append(to_numpy(std::move(r.output)));
+  if (return_lse) result.append(to_numpy(std::move(r.lse)));
+  if (return_probs) result.append(to_numpy(std::move(r.probs)));
+  return py::tuple(result);
+}
+
 void bind_sdpa(py::module_& m) {
+  m.def("_sdpa_positional", &sdpa_call);
   m.def(
-      "scaled_dot_product_attention",
-      [](const py::object& query, const py::object& key, const py::object& value,
-         const py::object& attn_mask, float dropout_p, bool is_causal, std::optional<double> scale,
-         bool enable_gqa, uint64_t seed, const std::string& kernel, bool return_lse,
-         bool return_probs, int threads) -> py::object {
-        py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
-        py::array v = as_attention_input(value, "value"), mask_keep;
-        SdpaOptions o = sdpa_options(attn_mask, mask_keep, dropout_p, is_causal, scale, enable_gqa,
-                                     seed, kernel);
-        attention::SdpaOutput r;
-        const TensorView qv = view_of(q), kv = view_of(k), vv = view_of(v);  // with the GIL held
-        {
-          py::gil_scoped_release release;
-          ThreadContext ctx(checked_threads(threads));
-          if (return_lse || return_probs)
-            r = attention::scaled_dot_product_attention_with_lse(ctx, qv, kv, vv, o, return_probs);
-          else
-            r.output = attention::scaled_dot_product_attention(ctx, qv, kv, vv, o);
-        }
-        if (!return_lse && !return_probs) return to_numpy(std::move(r.output));
-        py::list result;
-        result.append(to_numpy(std::move(r.output)));
-        if (return_lse) result.append(to_numpy(std::move(r.lse)));
-        if (return_probs) result.append(to_numpy(std::move(r.probs)));
-        return py::tuple(result);
-      },
-      py::arg("query"), py::arg("key"), py::arg("value"), py::arg("attn_mask") = py::none(),
-      py::arg("dropout_p") = 0.0f, py::arg("is_causal") = false, py::arg("scale") = py::none(),
-      py::arg("enable_gqa") = false, py::kw_only(), py::arg("seed") = 0,
-      py::arg("kernel") = "automatic", py::arg("return_lse") = false,
-      py::arg("return_probs") = false, py::arg("threads") = 0,
+      "scaled_dot_product_attention", &sdpa_call, py::arg("query"), py::arg("key"),
+      py::arg("value"), py::arg("attn_mask") = py::none(), py::arg("dropout_p") = 0.0f,
+      py::arg("is_causal") = false, py::arg("scale") = py::none(), py::arg("enable_gqa") = false,
+      py::kw_only(), py::arg("seed") = 0, py::arg("kernel") = "automatic",
+      py::arg("return_lse") = false, py::arg("return_probs") = false, py::arg("threads") = 0,
       "PyTorch's scaled_dot_product_attention semantics; a row with no allowed key gives zeros. "
       "float32 or ml_dtypes.bfloat16 arrays (all three of one dtype; the output has it). With "
       "return_lse, (output, lse): lse is each row's log-sum-exp of its scores (float32, the "
