@@ -23,9 +23,8 @@ def _attention_forward(module, query, key, value, attention_mask, dropout=0.0, s
     if kwargs.get("position_bias") is not None:
         raise ValueError("headlight attention in transformers: a learned position_bias (T5) is "
                          "not supported (use attn_implementation='sdpa' or 'eager')")
-    if kwargs.get("sliding_window") is not None and attention_mask is None:
-        raise ValueError("headlight attention in transformers: a sliding window needs the mask "
-                         "transformers builds for it")
+    # A sliding window comes in the mask (as for "sdpa"); transformers leaves the mask out only
+    # where the window cannot matter.
     q_len, kv_len = query.shape[2], key.shape[2]
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = bool(q_len > 1 and attention_mask is None and causal)

@@ -189,3 +189,31 @@ def test_a_compiled_model_and_a_bf16_model(folders):
     err_ours = ((a - exact) * keep).abs().max().item()
     err_theirs = ((b - exact) * keep).abs().max().item()
     assert err_ours <= 2 * max(err_theirs, 0.02)
+
+
+def test_a_sliding_window_model_follows_its_mask():
+    # Mistral with a window shorter than the sequence: transformers builds the window into the
+    # mask it gives every implementation; headlight's logits equal "sdpa"'s and "eager"'s.
+    from transformers import MistralConfig, MistralForCausalLM
+
+    ht.register()
+    torch.manual_seed(3)
+    config = MistralConfig(vocab_size=101, hidden_size=32, intermediate_size=48,
+                           num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                           max_position_embeddings=64, sliding_window=5, bos_token_id=0,
+                           eos_token_id=1)
+    base = randomise(MistralForCausalLM(config), 9)
+    ids = torch.from_numpy(np.random.default_rng(8).integers(2, 101, size=(1, 16)))
+    outs = {}
+    for impl in ("headlight", "sdpa", "eager"):
+        base.set_attn_implementation(impl)
+        with torch.no_grad():
+            outs[impl] = base(ids).logits
+    full = MistralForCausalLM(MistralConfig(**{**config.to_dict(), "sliding_window": None}))
+    full.load_state_dict(base.state_dict())
+    with torch.no_grad():
+        unwindowed = full.eval()(ids).logits
+    scale = outs["sdpa"].abs().max().item()
+    assert (outs["headlight"] - outs["sdpa"]).abs().max().item() <= 1e-5 * scale
+    assert (outs["headlight"] - outs["eager"]).abs().max().item() <= 1e-5 * scale
+    assert (outs["headlight"] - unwindowed).abs().max().item() > 1e-3 * scale  # the window acts
