@@ -26,29 +26,19 @@ import json
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
 sys.path.insert(0, str(ROOT / "build" / "release" / "python"))
 
+sys.path.insert(0, str(ROOT / "bench"))
+
 import headlight  # noqa: E402
 import headlight.torch as ht  # noqa: E402
-
-
-def median_seconds(fn, runs, warmup=1):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from compare import median_seconds  # noqa: E402  (one home for the timing loop)
 
 
 def rounds(fn, n):

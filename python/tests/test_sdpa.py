@@ -98,9 +98,9 @@ def torch_sdpa(q, k, v, grad_out, mask, is_causal, scale, gqa):
     return o, tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy(), dead
 
 
-@pytest.mark.parametrize("kernel", ["reference", "fused"])
-@pytest.mark.parametrize("case", range(120))
-def test_sdpa_matches_torch(case, kernel):
+def draw_case(case):
+    """Case `case` of the grid (shared with the PyTorch operator's test, test_torch_op.py): the
+    generator (for what the test draws next), config, q, k, v, mask, is_causal and scale."""
     rng = np.random.default_rng(1000 + case)
     c = random_config(rng)
     q, k, v = make_inputs(rng, c)
@@ -109,6 +109,13 @@ def test_sdpa_matches_torch(case, kernel):
     mask = random_mask(rng, q, c["S"])
     is_causal = bool(rng.random() < 0.3)
     scale = None if rng.random() < 0.6 else float(rng.uniform(0.05, 1.5))
+    return rng, c, q, k, v, mask, is_causal, scale
+
+
+@pytest.mark.parametrize("kernel", ["reference", "fused"])
+@pytest.mark.parametrize("case", range(120))
+def test_sdpa_matches_torch(case, kernel):
+    rng, c, q, k, v, mask, is_causal, scale = draw_case(case)
     gqa = c["gqa"]
     out = headlight.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
                                                  scale=scale, enable_gqa=gqa, kernel=kernel)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 import headlight.torch as ht
 from conftest import grad_floor, max_abs, rel_err
-from test_sdpa import make_inputs, random_config, random_mask, torch_sdpa
+from test_sdpa import draw_case, torch_sdpa
 
 
 def leaf(x, strided=False):
@@ -26,14 +26,7 @@ def leaf(x, strided=False):
 
 @pytest.mark.parametrize("case", range(60))
 def test_op_matches_torch(case):
-    rng = np.random.default_rng(1000 + case)  # the numpy front's cases (test_sdpa.py)
-    c = random_config(rng)
-    q, k, v = make_inputs(rng, c)
-    if q.ndim >= 3 and q.shape[-3] != k.shape[-3] and not c["gqa"]:
-        pytest.skip("shape drawn without heads")
-    mask = random_mask(rng, q, c["S"])
-    is_causal = bool(rng.random() < 0.3)
-    scale = None if rng.random() < 0.6 else float(rng.uniform(0.05, 1.5))
+    rng, c, q, k, v, mask, is_causal, scale = draw_case(case)  # the numpy front's cases
     tq, tk, tv = (leaf(x, strided=bool(case % 2)) for x in (q, k, v))
     tmask = None if mask is None else torch.from_numpy(np.ascontiguousarray(mask))
     out = ht.scaled_dot_product_attention(tq, tk, tv, attn_mask=tmask, is_causal=is_causal,
