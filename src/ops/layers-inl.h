@@ -275,6 +275,24 @@ inline float RowLogSumExp(const float* x, int64_t n, float* p) {
   return lse;
 }
 
+// sums[j] += Σ_r x[r·ldx + j] for j < cols, each column added in row order in double, as the plain
+// loop adds it (so the same bits), a vector of columns at a time.
+inline void AddColumnSums(const float* HWY_RESTRICT x, int64_t ldx, int64_t rows, int64_t cols,
+                          double* HWY_RESTRICT sums) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  int64_t j = 0;
+  for (; j + L <= cols; j += L) {
+    auto acc = hn::LoadU(dd, sums + j);
+    for (int64_t r = 0; r < rows; ++r)
+      acc = hn::Add(acc, hn::PromoteTo(dd, hn::LoadU(df, x + r * ldx + j)));
+    hn::StoreU(acc, dd, sums + j);
+  }
+  for (; j < cols; ++j)
+    for (int64_t r = 0; r < rows; ++r) sums[j] += x[r * ldx + j];
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace headlight
 HWY_AFTER_NAMESPACE();

@@ -45,6 +45,10 @@ void NormRowBackwardDispatch(const float* x, const float* w, const float* dy, fl
   NormRowBackward(x, w, dy, mean, rstd, n, center, dx, accumulate, pw, pb);
 }
 
+void AddColumnSumsDispatch(const float* x, int64_t ldx, int64_t rows, int64_t cols, double* sums) {
+  AddColumnSums(x, ldx, rows, cols, sums);
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace headlight
 HWY_AFTER_NAMESPACE();
@@ -68,9 +72,15 @@ HWY_EXPORT(SwigluForwardDispatch);
 HWY_EXPORT(SwigluBackwardDispatch);
 HWY_EXPORT(RowLogSumExpDispatch);
 HWY_EXPORT(NormRowDispatch);
+HWY_EXPORT(AddColumnSumsDispatch);
 HWY_EXPORT(NormRowBackwardDispatch);
 
 namespace ops {
+
+void add_column_sums(const float* x, int64_t ldx, int64_t rows, int64_t cols, double* sums) {
+  HWY_DYNAMIC_DISPATCH(AddColumnSumsDispatch)(x, ldx, rows, cols, sums);
+}
+
 namespace {
 
 constexpr int64_t kChunkRows = 32;       // rows per partial sum of a reduction over rows

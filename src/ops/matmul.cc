@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "headlight/core/error.h"
+#include "headlight/ops/layers.h"
 
 namespace headlight::ops {
 
@@ -151,10 +152,7 @@ void linear_backward(ThreadContext& ctx, const LinearShape& s, const float* x, i
       for (int64_t blk = blocks.begin; blk < blocks.end; ++blk) {
         const int64_t o0 = blk * kCols, width = std::min(kCols, s.out_features - o0);
         for (int64_t j = 0; j < width; ++j) sum[j] = 0.0;
-        for (int64_t r = 0; r < s.rows; ++r) {
-          const float* row = dy + r * ldy + o0;
-          for (int64_t j = 0; j < width; ++j) sum[j] += row[j];
-        }
+        add_column_sums(dy + o0, ldy, s.rows, width, sum);
         for (int64_t j = 0; j < width; ++j)
           g.dbias[o0 + j] = (g.accumulate ? g.dbias[o0 + j] : 0.0f) + static_cast<float>(sum[j]);
       }

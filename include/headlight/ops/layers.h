@@ -93,4 +93,8 @@ struct CrossEntropyShape {
 double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float* logits,
                      const int32_t* targets, float* dlogits);
 
+// sums[j] += Σ_r x[r·ldx + j] (j < cols), each column added in row order in double (one thread,
+// SIMD across columns): a bias gradient's column sums.
+void add_column_sums(const float* x, int64_t ldx, int64_t rows, int64_t cols, double* sums);
+
 }  // namespace headlight::ops
