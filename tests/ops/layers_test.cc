@@ -31,6 +31,21 @@ std::vector<double> norm_row(NormKind kind, const float* x, const float* w, cons
 
 class NormTest : public ::testing::TestWithParam<NormKind> {};
 
+TEST(ColumnSums, BitForBitThePlainRowOrderLoop) {
+  // The bias gradient's column sums: SIMD across columns, each column in row order in double, so
+  // the same bits as the plain loop, for widths around every vector length and a padded stride.
+  for (int64_t cols : {1, 3, 7, 8, 9, 16, 37, 64}) {
+    const int64_t rows = 53, ld = cols + 5;
+    const Tensor x = random_tensor({rows, ld}, static_cast<uint64_t>(cols));
+    std::vector<double> got(static_cast<size_t>(cols), 0.25), want(got);
+    add_column_sums(x.data(), ld, rows, cols, got.data());
+    for (int64_t j = 0; j < cols; ++j)
+      for (int64_t r = 0; r < rows; ++r) want[static_cast<size_t>(j)] += x.data()[r * ld + j];
+    for (int64_t j = 0; j < cols; ++j)
+      ASSERT_EQ(got[static_cast<size_t>(j)], want[static_cast<size_t>(j)]) << cols << " " << j;
+  }
+}
+
 TEST_P(NormTest, ForwardAndBackwardMatchDoubleAndFiniteDifferences) {
   const NormKind kind = GetParam();
   const int64_t rows = 37, cols = 45;
