@@ -181,9 +181,11 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     linear_grads(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C},
                  a.gated ? a.attg.ptr() : a.att.ptr(), P + o.proj_w, dres, dattg, false,
                  maybe(GW, o.proj_w), maybe(GW, o.proj_b), b16);
-    // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place).
-    gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
-                    dattg);
+    // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place; the identity when
+    // every gate of the layer is 1, so then only for the gates' gradients).
+    if (a.gated || options.gate_grads)
+      gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
+                      dattg);
     for (size_t i = 0; i < s.segments.size(); ++i) {
       const Segment& g = s.segments[i];
       attention::AttentionParams p =

@@ -149,6 +149,7 @@ TrainResult train_model(ThreadContext& ctx, model::GPT& m, const model::Tokenize
     const Batch b = make_batch(train_data, c, o.batch, seq, o.seed, step, o.mask_fraction);
     model::ForwardOptions fo;
     fo.train = true;
+    fo.gate_grads = false;  // the gates are not trained
     fo.seed = mix(o.seed, 0xD809, static_cast<uint64_t>(step));
     m.zero_grads();
     const double loss =

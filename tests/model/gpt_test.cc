@@ -319,6 +319,31 @@ TEST(GPT, Bf16DecodingKeepsTheKVCacheInBf16) {
   EXPECT_EQ(m.cache_length(), 0);
 }
 
+TEST(GPT, SkippingTheGatesGradientsLeavesEveryOtherGradientBitForBit) {
+  // Training does not read the gates' gradients (ForwardOptions::gate_grads = false): they stay 0,
+  // and every weight gradient is what the full backward gives — also with a gate that is not 1.
+  GPT m(small_config(), 11);
+  ThreadContext ctx(2);
+  const auto x = tokens_for(2 * 20, m.config().vocab_size, 3);
+  const auto y = tokens_for(2 * 20, m.config().vocab_size, 4);
+  for (float gate : {1.0f, 0.5f}) {
+    m.gates().values()[1] = gate;
+    m.zero_grads();
+    m.forward_backward(ctx, x.data(), y.data(), 2, 20);
+    const std::vector<float> want(m.grads(), m.grads() + m.layout().total());
+    EXPECT_NE(m.gates().grads()[0], 0.0f);
+    ForwardOptions o;
+    o.gate_grads = false;
+    m.zero_grads();
+    m.forward_backward(ctx, x.data(), y.data(), 2, 20, o);
+    for (int64_t i = 0; i < m.layout().total(); ++i)
+      ASSERT_EQ(m.grads()[i], want[static_cast<size_t>(i)]) << gate << " " << i;
+    if (gate == 1.0f) {
+      EXPECT_EQ(m.gates().grads()[0], 0.0f);  // layer 0: not computed
+    }
+  }
+}
+
 TEST(GPT, GateZeroRemovesAHeadAndItsGradientIsExact) {
   GPTConfig c = small_config();
   c.n_kv_head = 4;

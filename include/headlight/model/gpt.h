@@ -62,6 +62,9 @@ struct ForwardOptions {
   // linear layers' and embeddings' weight gradients — two thirds of a backward's products — for
   // head importance. (Norm weights still get theirs.)
   bool weight_grads = true;
+  // Backward: false skips the heads' gates' gradients (training does not read them); where a
+  // layer's gates are not all 1 they still scale the output gradient.
+  bool gate_grads = true;
 };
 
 class GPT {
