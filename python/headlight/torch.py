@@ -1,5 +1,6 @@
-"""headlight inside PyTorch: its attention as a PyTorch operator with autograd, and a drop-in
-``MultiheadAttention``.
+"""headlight inside PyTorch (docs/torch.md): its attention as a PyTorch operator with autograd, a
+drop-in ``MultiheadAttention``, a transformers attention implementation (``register``) and the
+capture of every head's attention (``capture``).
 
 ``scaled_dot_product_attention(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False,
 scale=None, enable_gqa=False)`` has the signature and semantics of
@@ -8,13 +9,17 @@ headlight: a query row with no allowed key gives zeros, not NaN). It is the cust
 ``torch.ops.headlight.sdpa`` (``torch.library.custom_op``): its backward is headlight's fused
 backward (``torch.ops.headlight.sdpa_backward``), fed the forward's output and log-sum-exp so that
 nothing is recomputed; both have fake implementations, so ``torch.compile(fullgraph=True)`` traces
-them without graph breaks, and ``torch.library.opcheck`` passes on both.
+them without graph breaks, and ``torch.library.opcheck`` passes on both. Eager calls take the same
+kernels through an ``autograd.Function`` (the operator's dispatch costs more than a small call's
+kernel), or no autograd at all when nothing requires grad.
 
 Tensors: CPU, float32 or bfloat16 (query, key and value of one dtype; the output and gradients have
 it); masks bool, float32 or bfloat16. They reach the kernels without copies (numpy views of the same
 memory, any strides). Anything else — a CUDA tensor, float16 or float64, a float mask that requires
 grad (headlight does not compute the mask's gradient) — is refused with an error that names the
 argument; ``torch.nn.functional.scaled_dot_product_attention`` is the place for those.
+
+Threads: torch's (``torch.get_num_threads()``), passed to each call.
 
 Dropout draws its seed from torch's default generator (``torch.manual_seed`` fixes it); the random
 mask is headlight's own, so with dropout the values differ from torch's while the distribution is
