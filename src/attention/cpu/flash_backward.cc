@@ -165,10 +165,7 @@ void run_backward_item(const AttentionParams& p, const BackwardPlan& bp, const B
   const int64_t ld_dout = bp.dout_in_place ? p.dout.row_stride : plan.dv_pad;
   const int64_t ld_k = bp.k_in_place ? p.k.row_stride : bp.d_pad;
 
-  const KeyRange first = key_range(p, it.b, it.row_begin);
-  const KeyRange last = key_range(p, it.b, it.row_end - 1);
-  const int64_t j_begin = std::max<int64_t>(first.lo, 0);
-  const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
+  const auto [j_begin, j_end] = rows_key_span(p, it.b, it.row_begin, it.row_end);
   const float* blocks = packed + (it.b * sh.kv_heads + it.g) * plan.kv_blocks * bp.block_floats;
   for (int64_t blk = 0; blk < plan.kv_blocks; ++blk) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);

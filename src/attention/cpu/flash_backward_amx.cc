@@ -159,10 +159,7 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
                    w.dot + hg * a.dv16 * cr, cr);
   }
 
-  const KeyRange first = key_range(p, it.b, it.row_begin);
-  const KeyRange last = key_range(p, it.b, it.row_end - 1);
-  const int64_t j_begin = std::max<int64_t>(first.lo, 0);
-  const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
+  const auto [j_begin, j_end] = rows_key_span(p, it.b, it.row_begin, it.row_end);
   const uint32_t* blocks = packed + (it.b * sh.kv_heads + it.g) * a.kv_blocks * a.block_words;
   for (int64_t blk = 0; blk < a.kv_blocks; ++blk) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);

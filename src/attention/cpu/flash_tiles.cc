@@ -27,6 +27,11 @@ KeyRange key_range(const AttentionParams& p, int64_t b, int64_t i) {
   return {lo, hi};
 }
 
+KeySpan rows_key_span(const AttentionParams& p, int64_t b, int64_t i0, int64_t i1) {
+  const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i1 - 1);
+  return {std::max<int64_t>(first.lo, 0), std::min(last.hi + 1, p.shape.len_kv)};
+}
+
 Scratch carve(float* base, const Plan& plan) {
   Scratch s;
   s.q = base;

@@ -97,6 +97,12 @@ struct TilePos {
 
 // The keys row i may attend to (structural masks only).
 KeyRange key_range(const AttentionParams& p, int64_t b, int64_t i);
+// The keys [begin, end) some row of [i0, i1) may attend to: the union of their ranges, which the
+// first and the last row bound (the ranges are monotone), within [0, len_kv). Empty: begin ≥ end.
+struct KeySpan {
+  int64_t begin, end;
+};
+KeySpan rows_key_span(const AttentionParams& p, int64_t b, int64_t i0, int64_t i1);
 
 // Carves one worker's scratch.
 Scratch carve(float* base, const Plan& plan);
