@@ -8,6 +8,7 @@ import pytest
 import torch
 from transformers import AutoModel, AutoModelForCausalLM
 
+import headlight
 import headlight.torch as ht
 from conftest import grad_floor, rel_err
 from test_models_hf import CONFIGS, randomise
@@ -165,6 +166,10 @@ def test_role_scores_and_the_report_of_a_model_that_exists_only_in_pytorch(folde
     with pytest.raises(ValueError, match="token_text: 3 texts for 24 tokens"):
         heads.report(str(tmp_path / "bad.html"), token_text=["a", "b", "c"])
     assert not (tmp_path / "bad.html").exists()
+    with pytest.raises(ValueError, match=r"probs: expected \[n_layer, n_head, T, T\], got 3 dims"):
+        headlight.head_roles(np.zeros((2, 3, 4), np.float32))
+    with pytest.raises(ValueError, match="repeated: 5 tokens repeated twice make 10"):
+        heads.roles(repeated=5)
 
 
 def test_a_compiled_model_and_a_bf16_model(folders):

@@ -196,7 +196,7 @@ std::vector<HeadRow> capture_head_table(const Capture& c, bool causal, int64_t r
       s.coreference_sentence = s.coreference_sentence_accuracy = nan;
       rows.push_back({.layer = l,
                       .head = h,
-                      .kv_head = h,
+                      .kv_head = h,  // the grouping is not in a capture: each head its own
                       .scores = s,
                       .role = role_of(s),
                       .importance = nan,
