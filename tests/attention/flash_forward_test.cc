@@ -341,8 +341,8 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
           .window_left = 300,
           .lengths = {},
           .softcap = 0.0f},
-          // Value rows of 128 (read whole by PvStreamTile on AVX-512) for an odd number of rows
-          // (3 query heads of one group: a pass of two rows, then one).
+          // Value rows of 128 (prefetched by the register-tile scores on AVX-512) for an odd number
+          // of rows (3 query heads of one group: a pass of two rows, then one).
           DecodeCase{.shape = {.batch = 1,
                               .heads = 3,
                               .kv_heads = 1,

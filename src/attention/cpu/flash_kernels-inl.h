@@ -150,12 +150,22 @@ void QkTile(const float* q, size_t ldq, size_t rows, const float* kt, size_t ldk
 // Prefetches into L2 (locality 2: prefetcht1 on x86).
 constexpr int kToL2 = 2;
 
+// Every cache line of `width` elements from `row` into L2.
+template <class T>
+HWY_INLINE void PrefetchRow(const T* row, size_t width) {
+  const auto begin = reinterpret_cast<uintptr_t>(row) & ~uintptr_t{63};
+  const auto end = reinterpret_cast<uintptr_t>(row + width);
+  for (uintptr_t line = begin; line < end; line += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, kToL2);
+}
+using attention::cpu::kernels::RowsAhead;
+
 #if HWY_HAVE_SCALABLE || HWY_TARGET == HWY_SCALAR
 // Sizeless vectors (SVE/RVV) cannot live in arrays and the scalar target has no lane shuffles:
 // one dot product at a time, each reduced on its own.
 template <class T>
 void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds) {
+              size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t c = 0; c < cols; ++c)
@@ -168,6 +178,7 @@ void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, s
       for (; e < dim; ++e) x += a[r * lda + e] * ElementKV(k + c * ldk + e);
       s[r * lds + c] = x;
     }
+  (void)ahead;  // no prefetch here
 }
 #else
 // The decode path's scores, straight from key rows where they lie (no packing, each key read
@@ -181,9 +192,12 @@ void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, s
 // vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams,
 // which the hardware prefetchers follow worse than one (it was measured slower; the figures are in
 // docs/notes/2026-12-03-decode.md). The key rows are also prefetched kDotAhead keys ahead into L2
-// (locality 2: prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use). The
-// value rows are not prefetched: PvStreamTile reads them in address order, which the hardware
-// prefetchers follow, and software prefetches of them as well take load slots for nothing.
+// (locality 2: prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use), and
+// so are the rows of `ahead` (decode's value rows) as their keys are scored: P·V then reads the
+// tile's values from L2, while the reads from memory are all issued during the scores, one
+// stream of keys and one of values, ahead of use. (Left to P·V, the values were read from memory
+// with nothing in flight ahead of them; with the prefetch, decode took 10–15% less time in both
+// dtypes, docs/notes/2026-12-05-decode-prefetch.md.)
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
@@ -244,22 +258,25 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const T* HWY_R
 }
 
 // One key at a time for a block of R rows.
+// (ahead: rows to prefetch, one per key; data null for none.)
 template <size_t R, size_t kDim, class T>
 HWY_INLINE void DotRows(const float* a, size_t lda, const T* k, size_t ldk, size_t dim, size_t cols,
-                        float* s, size_t lds) {
-  for (size_t c = 0; c < cols; ++c)
+                        float* s, size_t lds, RowsAhead<T> ahead) {
+  for (size_t c = 0; c < cols; ++c) {
+    if (ahead.data) PrefetchRow(ahead.data + c * ahead.ld, ahead.width);
     DotMicro<R, kDim>(a, lda, k + c * ldk, dim, s + c, lds, k + (c + kDotAhead) * ldk);
+  }
 }
 
 template <size_t R, class T>
 HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const T* k, size_t ldk, size_t dim,
-                              size_t cols, float* s, size_t lds) {
+                              size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
   if (dim == 128)
-    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds);
+    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds, ahead);
   else if (dim == 64)
-    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds);
+    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds, ahead);
   else
-    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds);
+    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds, ahead);
 }
 
 // With 32 vector registers (AVX-512) and D = 64 or 128, two query rows stay in registers (16
@@ -299,7 +316,7 @@ HWY_INLINE void StoreEightDots(DF d, const VF* acc, float* HWY_RESTRICT s, size_
 template <size_t kNV, class T>
 HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const T* HWY_RESTRICT k,
                            size_t ldk, size_t cols, float* HWY_RESTRICT s, size_t lds,
-                           bool prefetch) {
+                           bool prefetch, RowsAhead<T> ahead) {
   const DF d;
   constexpr size_t L = hn::MaxLanes(DF());
   static_assert(L == 16, "StoreEightDots sums the lanes of 16-lane vectors");
@@ -314,6 +331,7 @@ HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const T* HWY
     HWY_UNROLL(8) for (size_t i = 0; i < 8; ++i) acc[i] = hn::Zero(d);
     HWY_UNROLL(4) for (size_t j = 0; j < 4; ++j) {
       const T* key = k + (c + j) * ldk;
+      if (ahead.data) PrefetchRow(ahead.data + (c + j) * ahead.ld, ahead.width);
       HWY_UNROLL(8) for (size_t e = 0; e < kNV; ++e) {
         if (prefetch) __builtin_prefetch(key + kDotAhead * ldk + e * L, 0, kToL2);
         const VF kv = LoadKV(d, key + e * L);
@@ -323,48 +341,59 @@ HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const T* HWY
     }
     StoreEightDots(d, acc, s + c, lds);
   }
-  for (; c < cols; ++c)
+  for (; c < cols; ++c) {
+    if (ahead.data) PrefetchRow(ahead.data + c * ahead.ld, ahead.width);
     DotMicro<2, kNV * L>(a, lda, k + c * ldk, 0, s + c, lds, k + (c + kDotAhead) * ldk);
+  }
 }
 
 template <size_t kNV, class T>
 HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const T* k, size_t ldk,
-                                 size_t cols, float* s, size_t lds) {
+                                 size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
   constexpr size_t L = hn::MaxLanes(DF());
   for (size_t c0 = 0; c0 < cols; c0 += kDotRun) {
     const size_t n = std::min(kDotRun, cols - c0);
+    RowsAhead<T> run_ahead = ahead;
+    if (ahead.data) run_ahead.data += c0 * ahead.ld;
     size_t r = 0;
     for (; r + 2 <= rows; r += 2)
-      DotPairRun<kNV>(a + r * lda, lda, k + c0 * ldk, ldk, n, s + r * lds + c0, lds, r == 0);
+      DotPairRun<kNV>(a + r * lda, lda, k + c0 * ldk, ldk, n, s + r * lds + c0, lds, r == 0,
+                      r == 0 ? run_ahead : RowsAhead<T>{});
     if (r < rows)
-      DotRows<1, kNV * L>(a + r * lda, lda, k + c0 * ldk, ldk, kNV * L, n, s + r * lds + c0, lds);
+      DotRows<1, kNV * L>(a + r * lda, lda, k + c0 * ldk, ldk, kNV * L, n, s + r * lds + c0, lds,
+                          {});
   }
 }
 #endif  // HWY_MAX_BYTES == 64
 
 template <class T>
 void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds) {
+              size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
 #if HWY_MAX_BYTES == 64
-  if (rows >= 2 && dim == 128) return DotTileRegisters<8>(a, lda, rows, k, ldk, cols, s, lds);
-  if (rows >= 2 && dim == 64) return DotTileRegisters<4>(a, lda, rows, k, ldk, cols, s, lds);
+  if (rows >= 2 && dim == 128)
+    return DotTileRegisters<8>(a, lda, rows, k, ldk, cols, s, lds, ahead);
+  if (rows >= 2 && dim == 64) return DotTileRegisters<4>(a, lda, rows, k, ldk, cols, s, lds, ahead);
 #endif
+  // The first block of rows reads the keys from memory and prefetches `ahead`.
   size_t r = 0;
   for (; r + kDotRows <= rows; r += kDotRows)
-    DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds);
-  for (; r < rows; ++r) DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds);
+    DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
+                            r == 0 ? ahead : RowsAhead<T>{});
+  for (; r < rows; ++r)
+    DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
+                     r == 0 ? ahead : RowsAhead<T>{});
 }
 #endif
 
 void DotTile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-             size_t cols, float* s, size_t lds) {
-  DotTileT(a, lda, rows, k, ldk, dim, cols, s, lds);
+             size_t cols, float* s, size_t lds, RowsAhead<float> ahead) {
+  DotTileT(a, lda, rows, k, ldk, dim, cols, s, lds, ahead);
 }
 
 // DotTile over bf16 key rows (a bf16 KV cache), widened as they are loaded.
 void DotTileBf16(const float* a, size_t lda, size_t rows, const bf16* k, size_t ldk, size_t dim,
-                 size_t cols, float* s, size_t lds) {
-  DotTileT(a, lda, rows, k, ldk, dim, cols, s, lds);
+                 size_t cols, float* s, size_t lds, RowsAhead<bf16> ahead) {
+  DotTileT(a, lda, rows, k, ldk, dim, cols, s, lds, ahead);
 }
 
 // s ← cap · tanh(s / cap) over rows × cols.
@@ -646,48 +675,15 @@ void PvTileT(const float* p, size_t ldp, size_t rows, size_t cols, const TB* v, 
   });
 }
 
-// PvTile for value rows read from memory where they lie (decode). PvTile's register tile spans
-// 4 vectors of the width, so at D = 128 on AVX-512 (8 vectors) it passes over the keys twice,
-// reading the first half of every value row, then the second: two interleaved strided streams
-// that the hardware prefetchers follow poorly (software prefetch of the value rows while the keys
-// were scored made up part of it). Here each pass covers whole value rows when they are 8 vectors
-// wide, for kStreamRows rows at a time (their accumulators and a value row fill the registers),
-// so the first pass reads V front to back in address order and the later passes find it in L2.
-// With V already in L2 it is slower than PvTile (two FMAs per value load instead of four), so
-// only decode, which reads V from memory, uses it (docs/notes/2026-12-03-decode.md).
-template <class TB>
-void PvStreamTileT(const float* p, size_t ldp, size_t rows, size_t cols, const TB* v, size_t ldv,
-                   size_t width, float* o, size_t ldo, const float* alpha) {
-#if HWY_HAVE_SCALABLE
-  PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
-#else
-  constexpr size_t L = hn::MaxLanes(DF());
-  constexpr size_t kStreamRows = L >= 16 ? 2 : 1;  // 16 or 8 accumulators
-  if (width != 8 * L) return PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
-  size_t r = 0;
-  for (; r + kStreamRows <= rows; r += kStreamRows)
-    AccumulateMicro<kStreamRows, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
-                                           alpha ? alpha + r : nullptr);
-  for (; r < rows; ++r)
-    AccumulateMicro<1, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
-                                 alpha ? alpha + r : nullptr);
-#endif
-}
-
 void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
             size_t width, float* o, size_t ldo, const float* alpha) {
   PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
-void PvStreamTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
-                  size_t width, float* o, size_t ldo, const float* alpha) {
-  PvStreamTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
-}
-
-// PvStreamTile over bf16 value rows (a bf16 KV cache), widened as they are loaded.
-void PvStreamTileBf16(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
-                      size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
-  PvStreamTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+// PvTile over bf16 value rows (a bf16 KV cache read in place), widened as they are loaded.
+void PvTileBf16Rows(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v, size_t ldv,
+                    size_t width, float* o, size_t ldo, const float* alpha) {
+  PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
 // s[r, c] ← exp(s[r, c] − lse[r]): exact probabilities from the saved log-sum-exp. Rows whose lse

@@ -19,11 +19,10 @@ namespace headlight {
 HWY_EXPORT(QkTile);
 HWY_EXPORT(DotTile);
 HWY_EXPORT(DotTileBf16);
-HWY_EXPORT(PvStreamTileBf16);
+HWY_EXPORT(PvTileBf16Rows);
 HWY_EXPORT(SoftcapTile);
 HWY_EXPORT(SoftmaxRows);
 HWY_EXPORT(PvTile);
-HWY_EXPORT(PvStreamTile);
 HWY_EXPORT(ExpShiftRows);
 HWY_EXPORT(FloatLanes);
 HWY_EXPORT(AccumulateTransposed);
@@ -43,18 +42,18 @@ void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ld
 }
 
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds) {
-  HWY_DYNAMIC_DISPATCH(DotTile)(a, lda, rows, k, ldk, dim, cols, s, lds);
+              size_t cols, float* s, size_t lds, RowsAhead<float> ahead) {
+  HWY_DYNAMIC_DISPATCH(DotTile)(a, lda, rows, k, ldk, dim, cols, s, lds, ahead);
 }
 
 void dot_tile_bf16(const float* a, size_t lda, size_t rows, const bf16* k, size_t ldk, size_t dim,
-                   size_t cols, float* s, size_t lds) {
-  HWY_DYNAMIC_DISPATCH(DotTileBf16)(a, lda, rows, k, ldk, dim, cols, s, lds);
+                   size_t cols, float* s, size_t lds, RowsAhead<bf16> ahead) {
+  HWY_DYNAMIC_DISPATCH(DotTileBf16)(a, lda, rows, k, ldk, dim, cols, s, lds, ahead);
 }
 
-void pv_stream_tile_bf16(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
-                         size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
-  HWY_DYNAMIC_DISPATCH(PvStreamTileBf16)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+void pv_tile_bf16_rows(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
+                       size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
+  HWY_DYNAMIC_DISPATCH(PvTileBf16Rows)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
@@ -69,11 +68,6 @@ void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, floa
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha) {
   HWY_DYNAMIC_DISPATCH(PvTile)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
-}
-
-void pv_stream_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v,
-                    size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
-  HWY_DYNAMIC_DISPATCH(PvStreamTile)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse) {

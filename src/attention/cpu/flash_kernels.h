@@ -15,15 +15,24 @@ namespace headlight::attention::cpu::kernels {
 // multiple of the vector length.
 void qk_tile(const float* a, size_t lda, size_t rows, const float* bt, size_t ldb, size_t dim,
              size_t cols, float* s, size_t lds);
-// s[r, c] = a[r, :] · k[c·ldk, :] for c < cols (any cols and dim): scores from key rows in place.
+// Rows another pass will read, prefetched into L2 by the pass that scores their keys: row c at
+// data + c·ld, `width` elements (data null: none). Decode passes its value rows, so that P·V finds
+// them in L2 (see DotTileT).
+template <class T>
+struct RowsAhead {
+  const T* data = nullptr;
+  size_t ld = 0, width = 0;
+};
+// s[r, c] = a[r, :] · k[c·ldk, :] for c < cols (any cols and dim): scores from key rows in place;
+// prefetches row c of `ahead` as it scores key c.
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
-              size_t cols, float* s, size_t lds);
-// dot_tile and pv_stream_tile over bf16 key and value rows (a bf16 KV cache read in place), each
-// element widened exactly as it is loaded: the same arithmetic on half the bytes.
+              size_t cols, float* s, size_t lds, RowsAhead<float> ahead = {});
+// dot_tile and pv_tile over bf16 key and value rows (a bf16 KV cache read in place), each element
+// widened exactly as it is loaded: the same arithmetic on half the bytes.
 void dot_tile_bf16(const float* a, size_t lda, size_t rows, const bf16* k, size_t ldk, size_t dim,
-                   size_t cols, float* s, size_t lds);
-void pv_stream_tile_bf16(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
-                         size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
+                   size_t cols, float* s, size_t lds, RowsAhead<bf16> ahead = {});
+void pv_tile_bf16_rows(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
+                       size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 // s ← cap · tanh(s / cap).
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // What softmax_rows does beyond the plain online softmax.
@@ -48,10 +57,6 @@ void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, floa
 // o[rows, width] = α ⊙ o + p[rows, cols] · v[cols, width] (α null: o += p · v).
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha);
-// pv_tile for value rows read from memory where they lie (decode): each value row is read whole,
-// in address order, in the first pass over the keys (see PvStreamTile).
-void pv_stream_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v,
-                    size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 // s[r, :] ← exp(s[r, :] − lse[r]) (0 for lse = −inf, NaN for lse = NaN).
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse);
 // c[cols, width] += a[rows, cols]ᵀ · b[rows, width]; width a multiple of the vector length.
