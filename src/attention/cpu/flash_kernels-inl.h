@@ -236,7 +236,7 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const T* HWY_R
   VF acc[kPadded];
   for (size_t i = 0; i < kPadded; ++i) acc[i] = hn::Zero(d);
   for (size_t e = 0; e < whole; e += L) {
-    __builtin_prefetch(ahead + e, 0, kToL2);
+    if (e * sizeof(T) % 64 == 0) __builtin_prefetch(ahead + e, 0, kToL2);  // once per line
     const VF kv = LoadKV(d, k + e);
     for (size_t r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(d, a + r * lda + e), kv, acc[r]);
   }
@@ -333,7 +333,8 @@ HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const T* HWY
       const T* key = k + (c + j) * ldk;
       if (ahead.data) PrefetchRow(ahead.data + (c + j) * ahead.ld, ahead.width);
       HWY_UNROLL(8) for (size_t e = 0; e < kNV; ++e) {
-        if (prefetch) __builtin_prefetch(key + kDotAhead * ldk + e * L, 0, kToL2);
+        if (prefetch && e * L * sizeof(T) % 64 == 0)  // once per cache line (bf16: every other)
+          __builtin_prefetch(key + kDotAhead * ldk + e * L, 0, kToL2);
         const VF kv = LoadKV(d, key + e * L);
         acc[j] = hn::MulAdd(q0[e], kv, acc[j]);
         acc[4 + j] = hn::MulAdd(q1[e], kv, acc[4 + j]);
