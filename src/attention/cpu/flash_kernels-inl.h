@@ -754,34 +754,59 @@ void SoftcapGradTile(float* s, size_t rows, size_t cols, size_t lds, float cap) 
 // fill a cache line of each of 4 rows of dst). Blocks of 4 × 4 go through four 128-bit loads,
 // eight shuffles and four stores instead of sixteen scalar loads and stores; the edges are
 // scalar. Pure data movement and one multiplication per element, as the scalar loop: the same
-// bits.
-void TransposeRows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,
-                   float* dst, size_t ld_dst) {
+// bits. T = uint32_t (bf16 pair words) moves the words unchanged: no multiplication.
+template <class T>
+void TransposeRowsT(const T* src, size_t ld_src, size_t rows, size_t width, float scale, T* dst,
+                    size_t ld_dst) {
+  constexpr bool kScale = std::is_same_v<T, float>;
+  auto element = [&](T x) -> T {
+    if constexpr (kScale) {
+      return x * scale;
+    } else {
+      return x;
+    }
+  };
   size_t scalar_rows = 0;  // rows from here on are transposed one element at a time
 #if !HWY_HAVE_SCALABLE && HWY_TARGET != HWY_SCALAR
   const size_t rows4 = rows / 4 * 4;
   size_t e = 0;
-  const hn::FixedTag<float, 4> d4;
-  const auto vs = hn::Set(d4, scale);
+  const hn::FixedTag<T, 4> d4;
+  auto scaled = [&](auto v) {
+    if constexpr (kScale) {
+      return hn::Mul(v, hn::Set(d4, scale));
+    } else {
+      return v;
+    }
+  };
   for (; e + 4 <= width; e += 4)
     for (size_t c = 0; c < rows4; c += 4) {
-      const float* r = src + c * ld_src + e;
+      const T* r = src + c * ld_src + e;
       const auto r0 = hn::LoadU(d4, r), r1 = hn::LoadU(d4, r + ld_src);
       const auto r2 = hn::LoadU(d4, r + 2 * ld_src), r3 = hn::LoadU(d4, r + 3 * ld_src);
       const auto t0 = hn::InterleaveLower(d4, r0, r1), t1 = hn::InterleaveLower(d4, r2, r3);
       const auto t2 = hn::InterleaveUpper(d4, r0, r1), t3 = hn::InterleaveUpper(d4, r2, r3);
-      float* o = dst + e * ld_dst + c;
-      hn::StoreU(hn::Mul(hn::ConcatLowerLower(d4, t1, t0), vs), d4, o);
-      hn::StoreU(hn::Mul(hn::ConcatUpperUpper(d4, t1, t0), vs), d4, o + ld_dst);
-      hn::StoreU(hn::Mul(hn::ConcatLowerLower(d4, t3, t2), vs), d4, o + 2 * ld_dst);
-      hn::StoreU(hn::Mul(hn::ConcatUpperUpper(d4, t3, t2), vs), d4, o + 3 * ld_dst);
+      T* o = dst + e * ld_dst + c;
+      hn::StoreU(scaled(hn::ConcatLowerLower(d4, t1, t0)), d4, o);
+      hn::StoreU(scaled(hn::ConcatUpperUpper(d4, t1, t0)), d4, o + ld_dst);
+      hn::StoreU(scaled(hn::ConcatLowerLower(d4, t3, t2)), d4, o + 2 * ld_dst);
+      hn::StoreU(scaled(hn::ConcatUpperUpper(d4, t3, t2)), d4, o + 3 * ld_dst);
     }
   for (size_t x = e; x < width; ++x)  // the columns left over, in the rows of whole blocks
-    for (size_t c = 0; c < rows4; ++c) dst[x * ld_dst + c] = src[c * ld_src + x] * scale;
+    for (size_t c = 0; c < rows4; ++c) dst[x * ld_dst + c] = element(src[c * ld_src + x]);
   scalar_rows = rows4;
 #endif
   for (size_t c = scalar_rows; c < rows; ++c)
-    for (size_t x = 0; x < width; ++x) dst[x * ld_dst + c] = src[c * ld_src + x] * scale;
+    for (size_t x = 0; x < width; ++x) dst[x * ld_dst + c] = element(src[c * ld_src + x]);
+}
+
+void TransposeRows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,
+                   float* dst, size_t ld_dst) {
+  TransposeRowsT(src, ld_src, rows, width, scale, dst, ld_dst);
+}
+
+void TransposeWords(const uint32_t* src, size_t ld_src, size_t rows, size_t width, uint32_t* dst,
+                    size_t ld_dst) {
+  TransposeRowsT(src, ld_src, rows, width, 1.0f, dst, ld_dst);
 }
 
 size_t FloatLanes() {

@@ -30,6 +30,7 @@ HWY_EXPORT(SoftmaxGradTile);
 HWY_EXPORT(MulTile);
 HWY_EXPORT(SoftcapGradTile);
 HWY_EXPORT(TransposeRows);
+HWY_EXPORT(TransposeWords);
 HWY_EXPORT(QkTileBf16);
 HWY_EXPORT(PvTileBf16);
 HWY_EXPORT(RoundTileBf16);
@@ -90,6 +91,11 @@ void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
 
 void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
   HWY_DYNAMIC_DISPATCH(SoftcapGradTile)(s, rows, cols, lds, cap);
+}
+
+void transpose_words(const uint32_t* src, size_t ld_src, size_t rows, size_t width, uint32_t* dst,
+                     size_t ld_dst) {
+  HWY_DYNAMIC_DISPATCH(TransposeWords)(src, ld_src, rows, width, dst, ld_dst);
 }
 
 void transpose_rows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,

@@ -72,6 +72,9 @@ void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap
 // dst[e·ld_dst + c] = scale · src[c·ld_src + e] for c < rows, e < width (packing Kᵀ, Vᵀ).
 void transpose_rows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,
                     float* dst, size_t ld_dst);
+// transpose_rows for 32-bit words (bf16 pairs), moved unchanged.
+void transpose_words(const uint32_t* src, size_t ld_src, size_t rows, size_t width, uint32_t* dst,
+                     size_t ld_dst);
 // Float lanes of the dispatched target; tiles are padded to multiples of it.
 size_t float_lanes();
 // The dispatched target's name ("AVX3", "AVX2", …).

@@ -221,17 +221,32 @@ uint32_t pair_at(const bf16* row, int64_t dim, int64_t e) {
 void pack_pairs_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
                            int64_t width, int64_t pairs, int64_t ld, uint32_t* dst) {
   std::fill(dst, dst + pairs * ld, 0u);
-  // A row's whole pairs are its 32-bit words (read as such), the last odd element alone.
+  // A row's whole pairs are its 32-bit words (read as such), the last odd element alone. Rows
+  // that start on words and lie an even number of elements apart are word rows: transposed 16
+  // rows at a time, as pack_transposed does.
   const int64_t whole = width / 2;
-  for (int64_t c = 0; c < cols; ++c) {
-    const bf16* row = x.bf16_at(b, g, j0 + c);
-    for (int64_t e = 0; e < whole; ++e) {
-      uint32_t word;
-      std::memcpy(&word, row + 2 * e, 4);
-      dst[e * ld + c] = word;
+  const bool word_rows = x.row_stride % 2 == 0 &&
+                         reinterpret_cast<uintptr_t>(x.bf16_at(b, g, j0)) % alignof(uint32_t) == 0;
+  if (word_rows && whole > 0 && cols > 0) {
+    constexpr int64_t kRows = 16;
+    for (int64_t c0 = 0; c0 < cols; c0 += kRows)
+      kernels::transpose_words(reinterpret_cast<const uint32_t*>(x.bf16_at(b, g, j0 + c0)),
+                               static_cast<size_t>(x.row_stride / 2),
+                               static_cast<size_t>(std::min(kRows, cols - c0)),
+                               static_cast<size_t>(whole), dst + c0, static_cast<size_t>(ld));
+  } else {
+    for (int64_t c = 0; c < cols; ++c) {
+      const bf16* row = x.bf16_at(b, g, j0 + c);
+      for (int64_t e = 0; e < whole; ++e) {
+        uint32_t word;
+        std::memcpy(&word, row + 2 * e, 4);
+        dst[e * ld + c] = word;
+      }
     }
-    if (width % 2) dst[whole * ld + c] = pair_at(row, width, whole);
   }
+  if (width % 2)
+    for (int64_t c = 0; c < cols; ++c)
+      dst[whole * ld + c] = pair_at(x.bf16_at(b, g, j0 + c), width, whole);
 }
 
 void pack_row_pairs(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols, int64_t width,
