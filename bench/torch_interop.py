@@ -7,6 +7,10 @@
    torch.nn.functional.scaled_dot_product_attention (float32, B = 1, H = 8), N ∈ {512, 2048},
    D ∈ {64, 128}, causal and not; GFLOP/s from 4·B·H·N²·D forward + 2.5× that backward (halved
    when causal), as a fraction of the FMA peak measured in the same run.
+   Beside each fp32 row, the time its seven N·N·D products alone take as plain matrix products
+   at oneDNN's rate (`headlight bench matmul`, this run), and torch's time over it: the most any
+   attention kernel could gain over torch on this machine if its softmax and everything else cost
+   nothing.
    The same in bfloat16 (fractions of the bf16 peak, `headlight bench peak --dtype bf16`).
 2. Per-call overhead: the operator against the numpy front (headlight.scaled_dot_product_attention)
    on a 1-row, 8-wide problem, where the kernel's own time is negligible: the difference is what
@@ -51,6 +55,24 @@ def fma_peak(threads, dtype="f32"):
     return json.loads(out.stdout)["peak_gflops"]
 
 
+def matmul_seconds(args, m, n, k):
+    """Median seconds of oneDNN's fp32 product C[m, n] = A[m, k]·B[k, n] (`headlight bench
+    matmul`), this run."""
+    out = subprocess.run([str(CLI), "bench", "matmul", "--m", str(m), "--n", str(n), "--k", str(k),
+                          "--threads", str(args.threads), "--runs", str(max(args.runs, 5)),
+                          "--json"], check=True, capture_output=True, text=True)
+    return json.loads(out.stdout)["seconds_median"]
+
+
+def products_floor(args, N, D, heads):
+    """Seconds the seven N·N·D products of an attention forward + backward (forward S = QKᵀ and
+    O = PV; backward S again, dP = dO·Vᵀ, dV = Pᵀ·dO, dK = dSᵀ·Q, dQ = dS·K) take as plain
+    matrix products at oneDNN's rate on this machine: 3 of shape [N, N] ← [N, D]·[D, N] and 4 of
+    [N, D] ← [N, N]·[N, D], per head. Nothing else of attention (softmax, exponentials, masks)
+    is in it."""
+    return heads * (3 * matmul_seconds(args, N, N, D) + 4 * matmul_seconds(args, N, D, N))
+
+
 def op_rows(args, peak, dtype=torch.float32):
     rows = []
     shapes = [(512, 64), (2048, 64), (512, 128), (2048, 128)]
@@ -74,10 +96,14 @@ def op_rows(args, peak, dtype=torch.float32):
             t_ours = rounds(lambda: median_seconds(ours, args.runs), args.rounds)
             t_theirs = rounds(lambda: median_seconds(theirs, args.runs), args.rounds)
             flops = 4 * 8 * N * N * D * 3.5 * (0.5 if causal else 1.0)
-            rows.append((f"N={N}, D={D}{' causal' if causal else ''}",
-                         f"{t_ours * 1e3:.2f} ms", f"{flops / t_ours / 1e9:.0f}",
-                         f"{flops / t_ours / 1e9 / peak:.2f}", f"{t_theirs * 1e3:.2f} ms",
-                         f"{t_theirs / t_ours:.2f}×"))
+            row = (f"N={N}, D={D}{' causal' if causal else ''}",
+                   f"{t_ours * 1e3:.2f} ms", f"{flops / t_ours / 1e9:.0f}",
+                   f"{flops / t_ours / 1e9 / peak:.2f}", f"{t_theirs * 1e3:.2f} ms",
+                   f"{t_theirs / t_ours:.2f}×")
+            if dtype == torch.float32:  # causal: half the products
+                floor = products_floor(args, N, D, 8) * (0.5 if causal else 1.0)
+                row += (f"{floor * 1e3:.2f} ms", f"{t_theirs / floor:.2f}×")
+            rows.append(row)
     return rows
 
 
@@ -189,7 +215,8 @@ def main():
     print(f"torch {torch.__version__}, {args.threads} threads, FMA peak {peak:.0f} GFLOP/s "
           f"(measured in this run); medians of {args.rounds} rounds × {args.runs} runs\n")
     table(["forward + backward, fp32, B=1, H=8", "headlight.torch", "GFLOP/s", "of peak",
-           "torch SDPA", "speed-up"], op_rows(args, peak))
+           "torch SDPA", "speed-up", "its 7 products alone at oneDNN's rate",
+           "torch ÷ that: the most any kernel can gain"], op_rows(args, peak))
     if not args.quick:
         peak16 = fma_peak(args.threads, "bf16")
         print(f"bf16 peak {peak16:.0f} GFLOP/s (`headlight bench peak --dtype bf16`, this run)\n")
