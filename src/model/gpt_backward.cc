@@ -160,8 +160,11 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     linear_grads(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, a.gel.ptr(),
                  P + o.fc_proj_w, dres, dgel, false, maybe(GW, o.fc_proj_w), maybe(GW, o.fc_proj_b),
                  b16);
-    ops::activation_backward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, a.fc.ptr(),
-                             dgel, dfc);
+    const ops::ActivationShape as{.kind = c.activation, .rows = d.rows, .width = d.F};
+    if (ops::activation_keeps_grad(c.activation))  // the forward left act'(fc) in a.fc
+      ops::activation_backward_from_grad(ctx, as, a.fc.ptr(), dgel, dfc);
+    else
+      ops::activation_backward(ctx, as, a.fc.ptr(), dgel, dfc);
     // Gradient at m_in: da = dfc · W_fc.
     linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, P + o.fc_w,
                  dfc, da, false, maybe(GW, o.fc_w), maybe(GW, o.fc_b), b16);

@@ -454,7 +454,13 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     } else {
       linear({.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, d.C, o.fc_w,
              maybe(P, o.fc_b), fc, d.Fi);
-      ops::activation_forward(ctx, {.kind = c.activation, .rows = d.rows, .width = d.F}, fc, gel);
+      const ops::ActivationShape as{.kind = c.activation, .rows = d.rows, .width = d.F};
+      // For a backward, GELU's derivative replaces fc (which nothing else reads), from the same
+      // tanh or erf as its value.
+      if (!s.inference && ops::activation_keeps_grad(c.activation))
+        ops::activation_forward_keeping_grad(ctx, as, fc, gel);
+      else
+        ops::activation_forward(ctx, as, fc, gel);
     }
     linear({.rows = d.rows, .in_features = d.F, .out_features = d.C}, gel, d.F, o.fc_proj_w,
            maybe(P, o.fc_proj_b), branch, d.C);

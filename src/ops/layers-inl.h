@@ -33,17 +33,34 @@ inline float GeluGradScalar(float x) {
   return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
 }
 
+// One vector's t = tanh(c(x + a x³)), the evaluation GELU's value and derivative share, and each
+// of them from it: the same operations wherever they are used, so a value or derivative computed
+// in one pass or the other has the same bits.
+template <class D, class V>
+HWY_INLINE V GeluTanhArg(D d, V v) {
+  return hn::Tanh(
+      d, hn::Mul(hn::Set(d, kGeluC), hn::MulAdd(hn::Mul(hn::Set(d, kGeluA), hn::Mul(v, v)), v, v)));
+}
+template <class D, class V>
+HWY_INLINE V GeluFromTanh(D d, V v, V t) {
+  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), hn::Add(hn::Set(d, 1.0f), t));
+}
+template <class D, class V>
+HWY_INLINE V GeluGradFromTanh(D d, V v, V t) {
+  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+  const auto sech2 = hn::NegMulAdd(t, t, one);
+  const auto inner_grad =
+      hn::Mul(hn::Set(d, kGeluC), hn::MulAdd(hn::Set(d, 3.0f * kGeluA), hn::Mul(v, v), one));
+  return hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), inner_grad, hn::Mul(half, hn::Add(one, t)));
+}
+
 inline void GeluForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const auto c = hn::Set(d, kGeluC), a = hn::Set(d, kGeluA), half = hn::Set(d, 0.5f);
-  const auto one = hn::Set(d, 1.0f);
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const auto v = hn::LoadU(d, x + i);
-    const auto inner = hn::Mul(c, hn::MulAdd(hn::Mul(a, hn::Mul(v, v)), v, v));
-    const auto t = hn::Tanh(d, inner);
-    hn::StoreU(hn::Mul(hn::Mul(half, v), hn::Add(one, t)), d, y + i);
+    hn::StoreU(GeluFromTanh(d, v, GeluTanhArg(d, v)), d, y + i);
   }
   for (; i < n; ++i) y[i] = GeluScalar(x[i]);
 }
@@ -51,20 +68,31 @@ inline void GeluForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int6
 inline void GeluBackward(const float* HWY_RESTRICT x, const float* dy, float* dx, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const auto c = hn::Set(d, kGeluC), a = hn::Set(d, kGeluA), half = hn::Set(d, 0.5f);
-  const auto one = hn::Set(d, 1.0f), a3 = hn::Set(d, 3.0f * kGeluA);
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const auto v = hn::LoadU(d, x + i);
-    const auto v2 = hn::Mul(v, v);
-    const auto t = hn::Tanh(d, hn::Mul(c, hn::MulAdd(hn::Mul(a, v2), v, v)));
-    const auto sech2 = hn::NegMulAdd(t, t, one);
-    const auto inner_grad = hn::Mul(c, hn::MulAdd(a3, v2, one));
-    const auto g =
-        hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), inner_grad, hn::Mul(half, hn::Add(one, t)));
+    const auto g = GeluGradFromTanh(d, v, GeluTanhArg(d, v));
     hn::StoreU(hn::Mul(g, hn::LoadU(d, dy + i)), d, dx + i);
   }
   for (; i < n; ++i) dx[i] = GeluGradScalar(x[i]) * dy[i];
+}
+
+// GeluForward and, in place of x, the derivative GeluBackward multiplies dy by: one tanh for both.
+inline void GeluForwardKeepingGrad(float* HWY_RESTRICT x_then_grad, float* HWY_RESTRICT y,
+                                   int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(d, x_then_grad + i);
+    const auto t = GeluTanhArg(d, v);
+    hn::StoreU(GeluFromTanh(d, v, t), d, y + i);
+    hn::StoreU(GeluGradFromTanh(d, v, t), d, x_then_grad + i);
+  }
+  for (; i < n; ++i) {
+    y[i] = GeluScalar(x_then_grad[i]);
+    x_then_grad[i] = GeluGradScalar(x_then_grad[i]);
+  }
 }
 
 // erf(x) by Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7): with t = 1/(1 + p|x|),
@@ -88,37 +116,81 @@ HWY_INLINE V ErfApprox(D d, V x) {
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-// GELU in its exact form, y = ½x(1 + erf(x/√2)) (BERT's "gelu").
+// GELU in its exact form, y = ½x(1 + erf(x/√2)) (BERT's "gelu"), and its derivative
+// ½(1 + erf(x/√2)) + x·φ(x), φ the standard normal density: erf(x/√2) of a vector is what both
+// share, each computed from it by the same operations in every pass (as for the tanh form).
+template <class D, class V>
+HWY_INLINE V GeluErfArg(D d, V v) {
+  return ErfApprox(d, hn::Mul(v, hn::Set(d, kInvSqrt2)));
+}
+template <class D, class V>
+HWY_INLINE V GeluFromErf(D d, V v, V e) {
+  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), hn::Add(hn::Set(d, 1.0f), e));
+}
+template <class D, class V>
+HWY_INLINE V GeluGradFromErf(D d, V v, V e) {
+  const auto cdf = hn::Mul(hn::Set(d, 0.5f), hn::Add(hn::Set(d, 1.0f), e));
+  const auto pdf =
+      hn::Mul(hn::Set(d, kInvSqrt2Pi), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), hn::Mul(v, v))));
+  return hn::MulAdd(v, pdf, cdf);
+}
+inline float GeluErfScalar(float x) {
+  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
+}
+inline float GeluErfGradScalar(float x) {
+  const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+  const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+  return cdf + x * pdf;
+}
+
 inline void GeluErfForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f), s = hn::Set(d, kInvSqrt2);
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const auto v = hn::LoadU(d, x + i);
-    hn::StoreU(hn::Mul(hn::Mul(half, v), hn::Add(one, ErfApprox(d, hn::Mul(v, s)))), d, y + i);
+    hn::StoreU(GeluFromErf(d, v, GeluErfArg(d, v)), d, y + i);
   }
-  for (; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + std::erf(x[i] * kInvSqrt2));
+  for (; i < n; ++i) y[i] = GeluErfScalar(x[i]);
 }
 
-// d/dx ½x(1 + erf(x/√2)) = ½(1 + erf(x/√2)) + x·φ(x), φ the standard normal density.
 inline void GeluErfBackward(const float* HWY_RESTRICT x, const float* dy, float* dx, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f), s = hn::Set(d, kInvSqrt2);
-  const auto c = hn::Set(d, kInvSqrt2Pi), mhalf = hn::Set(d, -0.5f);
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const auto v = hn::LoadU(d, x + i);
-    const auto cdf = hn::Mul(half, hn::Add(one, ErfApprox(d, hn::Mul(v, s))));
-    const auto pdf = hn::Mul(c, hn::Exp(d, hn::Mul(mhalf, hn::Mul(v, v))));
-    hn::StoreU(hn::Mul(hn::MulAdd(v, pdf, cdf), hn::LoadU(d, dy + i)), d, dx + i);
+    hn::StoreU(hn::Mul(GeluGradFromErf(d, v, GeluErfArg(d, v)), hn::LoadU(d, dy + i)), d, dx + i);
+  }
+  for (; i < n; ++i) dx[i] = GeluErfGradScalar(x[i]) * dy[i];
+}
+
+// GeluErfForward and, in place of x, the derivative GeluErfBackward multiplies dy by.
+inline void GeluErfForwardKeepingGrad(float* HWY_RESTRICT x_then_grad, float* HWY_RESTRICT y,
+                                      int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    const auto v = hn::LoadU(d, x_then_grad + i);
+    const auto e = GeluErfArg(d, v);
+    hn::StoreU(GeluFromErf(d, v, e), d, y + i);
+    hn::StoreU(GeluGradFromErf(d, v, e), d, x_then_grad + i);
   }
   for (; i < n; ++i) {
-    const float cdf = 0.5f * (1.0f + std::erf(x[i] * kInvSqrt2));
-    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x[i] * x[i]);
-    dx[i] = (cdf + x[i] * pdf) * dy[i];
+    y[i] = GeluErfScalar(x_then_grad[i]);
+    x_then_grad[i] = GeluErfGradScalar(x_then_grad[i]);
   }
+}
+
+// dx = g ⊙ dy: the backward of an activation whose derivative g the forward kept.
+inline void MulElements(const float* HWY_RESTRICT g, const float* dy, float* dx, int64_t n) {
+  const hn::ScalableTag<float> d;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
+  int64_t i = 0;
+  for (; i + L <= n; i += L)
+    hn::StoreU(hn::Mul(hn::LoadU(d, g + i), hn::LoadU(d, dy + i)), d, dx + i);
+  for (; i < n; ++i) dx[i] = g[i] * dy[i];
 }
 
 // SwiGLU over one row: y[j] = silu(gate[j])·up[j], silu(g) = g·σ(g).

@@ -25,6 +25,15 @@ void GeluErfForwardDispatch(const float* x, float* y, int64_t n) {
 void GeluErfBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n) {
   GeluErfBackward(x, dy, dx, n);
 }
+void GeluForwardKeepingGradDispatch(float* x_then_grad, float* y, int64_t n) {
+  GeluForwardKeepingGrad(x_then_grad, y, n);
+}
+void GeluErfForwardKeepingGradDispatch(float* x_then_grad, float* y, int64_t n) {
+  GeluErfForwardKeepingGrad(x_then_grad, y, n);
+}
+void MulElementsDispatch(const float* g, const float* dy, float* dx, int64_t n) {
+  MulElements(g, dy, dx, n);
+}
 void SwigluForwardDispatch(const float* gate, const float* up, float* y, int64_t n) {
   SwigluForward(gate, up, y, n);
 }
@@ -68,6 +77,9 @@ HWY_EXPORT(GeluForwardDispatch);
 HWY_EXPORT(GeluBackwardDispatch);
 HWY_EXPORT(GeluErfForwardDispatch);
 HWY_EXPORT(GeluErfBackwardDispatch);
+HWY_EXPORT(GeluForwardKeepingGradDispatch);
+HWY_EXPORT(GeluErfForwardKeepingGradDispatch);
+HWY_EXPORT(MulElementsDispatch);
 HWY_EXPORT(SwigluForwardDispatch);
 HWY_EXPORT(SwigluBackwardDispatch);
 HWY_EXPORT(RowLogSumExpDispatch);
@@ -184,6 +196,34 @@ void activation_forward(ThreadContext& ctx, const ActivationShape& s, const floa
       default:
         for (int64_t i = begin; i < begin + len; ++i) out[i] = in[i] > 0.0f ? in[i] : 0.0f;
     }
+  });
+}
+
+bool activation_keeps_grad(Activation kind) {
+  return kind == Activation::gelu_tanh || kind == Activation::gelu_erf;
+}
+
+void activation_forward_keeping_grad(ThreadContext& ctx, const ActivationShape& s,
+                                     float* in_then_grad, float* out) {
+  check(activation_keeps_grad(s.kind), "activation_forward_keeping_grad: {} keeps no derivative",
+        activation_name(s.kind));
+  const int64_t n = s.rows * s.width;
+  ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
+    const int64_t begin = b * kElementBlock, len = std::min(kElementBlock, n - begin);
+    if (s.kind == Activation::gelu_tanh)
+      HWY_DYNAMIC_DISPATCH(GeluForwardKeepingGradDispatch)(in_then_grad + begin, out + begin, len);
+    else
+      HWY_DYNAMIC_DISPATCH(GeluErfForwardKeepingGradDispatch)
+      (in_then_grad + begin, out + begin, len);
+  });
+}
+
+void activation_backward_from_grad(ThreadContext& ctx, const ActivationShape& s, const float* grad,
+                                   const float* dout, float* din) {
+  const int64_t n = s.rows * s.width;
+  ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
+    const int64_t begin = b * kElementBlock, len = std::min(kElementBlock, n - begin);
+    HWY_DYNAMIC_DISPATCH(MulElementsDispatch)(grad + begin, dout + begin, din + begin, len);
   });
 }
 

@@ -4,8 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "headlight/core/cpu_info.h"
+#include "headlight/core/error.h"
 #include "headlight/ops/layers.h"
 #include "test_util.h"
 
@@ -147,6 +151,43 @@ TEST_P(ActivationTest, MatchesItsFormulaAndItsDerivative) {
         ASSERT_NEAR(dx[r * in_w + F + j], d * f(g, 1.0), 2e-5 * std::max(1.0, std::abs(g)));
       }
     }
+}
+
+// The training pass that keeps the derivative gives activation_forward's values and
+// activation_backward's gradients bit for bit (so training is the same with either), on every
+// target; the kinds that keep none are refused by name.
+TEST_P(ActivationTest, KeepingTheDerivativeGivesTheSameBits) {
+  const Activation kind = GetParam();
+  const int64_t rows = 5, F = 4099;  // several parallel blocks, a tail past the vector length
+  const ActivationShape s{.kind = kind, .rows = rows, .width = F};
+  ThreadContext ctx(2);
+  std::vector<float> x(rows * F), dy(rows * F);
+  for (int64_t i = 0; i < rows * F; ++i) {
+    x[i] = -9.0f + 18.0f * static_cast<float>((i * 7919) % (rows * F)) / (rows * F);
+    dy[i] = -1.0f + 0.002f * static_cast<float>(i % 1009);
+  }
+  if (!activation_keeps_grad(kind)) {
+    std::vector<float> y(rows * F);
+    try {
+      activation_forward_keeping_grad(ctx, s, x.data(), y.data());
+      FAIL() << "no error for " << activation_name(kind);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(activation_name(kind)), std::string::npos) << e.what();
+    }
+    return;
+  }
+  for (const char* isa : {"best", "avx2", "scalar"}) {
+    SCOPED_TRACE(isa);
+    force_isa(isa);
+    std::vector<float> y(rows * F), dx(rows * F), kept = x, y2(rows * F), dx2(rows * F);
+    activation_forward(ctx, s, x.data(), y.data());
+    activation_backward(ctx, s, x.data(), dy.data(), dx.data());
+    activation_forward_keeping_grad(ctx, s, kept.data(), y2.data());
+    activation_backward_from_grad(ctx, s, kept.data(), dy.data(), dx2.data());
+    ASSERT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)));
+    ASSERT_EQ(0, std::memcmp(dx.data(), dx2.data(), dx.size() * sizeof(float)));
+  }
+  force_isa("best");
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, ActivationTest,

@@ -62,6 +62,15 @@ void activation_forward(ThreadContext& ctx, const ActivationShape& s, const floa
 // element-wise kinds din may alias dout).
 void activation_backward(ThreadContext& ctx, const ActivationShape& s, const float* in,
                          const float* dout, float* din);
+// For training, the GELU kinds (activation_keeps_grad): out = act(in) and, in place of in, the
+// derivative act'(in), so that the backward multiplies by it (activation_backward_from_grad:
+// din = grad ⊙ dout, din may alias dout) instead of evaluating tanh or erf again. Bit for bit
+// activation_forward's out and activation_backward's din.
+bool activation_keeps_grad(Activation kind);
+void activation_forward_keeping_grad(ThreadContext& ctx, const ActivationShape& s,
+                                     float* in_then_grad, float* out);
+void activation_backward_from_grad(ThreadContext& ctx, const ActivationShape& s, const float* grad,
+                                   const float* dout, float* din);
 
 // x[rows, dim] = wte[token[r], :] (+ pos[r % period, :] when pos is non-null: the positions of a
 // row are r mod `period`, i.e. rows are [batch, period]). Throws naming `tokens` on an id outside
