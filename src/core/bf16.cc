@@ -55,7 +55,10 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 
+#include <algorithm>
+
 #include "headlight/core/cpu_info.h"
+#include "headlight/core/thread_context.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -109,6 +112,15 @@ void to_bf16(const float* src, bf16* dst, size_t n) {
 
 void to_float(const bf16* src, float* dst, size_t n) {
   HWY_DYNAMIC_DISPATCH(WidenBf16)(src, dst, n);
+}
+
+void to_bf16(ThreadContext& ctx, const float* src, bf16* dst, int64_t n) {
+  constexpr int64_t kChunk = 1 << 14;
+  ctx.parallel_for((n + kChunk - 1) / kChunk, [&](Range chunks, int) {
+    for (int64_t i = chunks.begin; i < chunks.end; ++i)
+      to_bf16(src + i * kChunk, dst + i * kChunk,
+              static_cast<size_t>(std::min(kChunk, n - i * kChunk)));
+  });
 }
 
 }  // namespace headlight

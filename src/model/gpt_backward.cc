@@ -43,13 +43,7 @@ struct Bf16Products {
 const bf16* rounded(ThreadContext& ctx, const float* x, int64_t n, Tensor& scratch) {
   if (scratch.numel() < n) scratch = Tensor(DType::bf16, {n});
   bf16* out = scratch.data<bf16>();
-  constexpr int64_t kChunk = 1 << 14;
-  ctx.parallel_for((n + kChunk - 1) / kChunk, [&](Range chunks, int) {
-    for (int64_t i = chunks.begin; i < chunks.end; ++i) {
-      const int64_t at = i * kChunk;
-      to_bf16(x + at, out + at, static_cast<size_t>(std::min(kChunk, n - at)));
-    }
-  });
+  to_bf16(ctx, x, out, n);
   return out;
 }
 
@@ -104,7 +98,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   const float* P = params_.data();
   float* G = grads_.data();
   const Bf16Products b16{.P = P,
-                         .P16 = dtype_ == DType::bf16 ? params16() : nullptr,
+                         .P16 = dtype_ == DType::bf16 ? params16(ctx) : nullptr,
                          .dy16 = &s.dy16,
                          .x16 = &s.x16,
                          .state = &s};

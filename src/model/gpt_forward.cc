@@ -291,7 +291,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   const float* P = params_.data();
   // bf16 products (set_dtype): the weights' bf16 copy, each input rounded into s.x16.
   const bf16* P16 = nullptr;
-  if (dtype_ == DType::bf16) P16 = params16();
+  if (dtype_ == DType::bf16) P16 = params16(ctx);
   auto linear = [&](const ops::LinearShape& sh, const float* x, int64_t ldx, int64_t w_off,
                     const float* bias, float* y, int64_t ldy,
                     std::optional<ops::Activation> act = std::nullopt) {
@@ -397,7 +397,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     if (P16 && (cached || detail::bf16_attention(s))) {
       Tensor& t = s.blocks[static_cast<size_t>(l)].qkv16;
       if (t.numel() < d.rows * d.W) t = Tensor(DType::bf16, {d.rows * d.W});
-      to_bf16(qkv, t.data<bf16>(), static_cast<size_t>(d.rows * d.W));
+      to_bf16(ctx, qkv, t.data<bf16>(), d.rows * d.W);
       qkv16 = t.data<bf16>();
     }
     for (size_t i = 0; i < s.segments.size(); ++i) {
@@ -503,10 +503,11 @@ void GPT::set_dtype(DType dtype) {
   if (dtype == DType::f32) params16_ = Tensor();
 }
 
-const bf16* GPT::params16() {
-  if (params16_stale_ || params16_.numel() != params_.numel()) {
-    params16_ = Tensor(DType::bf16, {params_.numel()});
-    to_bf16(params_.data(), params16_.data<bf16>(), static_cast<size_t>(params_.numel()));
+const bf16* GPT::params16(ThreadContext& ctx) {
+  const int64_t n = params_.numel();
+  if (params16_stale_ || params16_.numel() != n) {
+    if (params16_.numel() != n) params16_ = Tensor(DType::bf16, {n});
+    to_bf16(ctx, params_.data(), params16_.data<bf16>(), n);
     params16_stale_ = false;
   }
   return params16_.data<bf16>();

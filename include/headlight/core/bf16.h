@@ -34,5 +34,8 @@ inline bf16 to_bf16(float f) {
 // dst[i] = to_bf16(src[i]) and dst[i] = to_float(src[i]) over n elements.
 void to_bf16(const float* src, bf16* dst, size_t n);
 void to_float(const bf16* src, float* dst, size_t n);
+class ThreadContext;
+// to_bf16 over n elements on the context's threads (chunks of 16,384).
+void to_bf16(ThreadContext& ctx, const float* src, bf16* dst, int64_t n);
 
 }  // namespace headlight

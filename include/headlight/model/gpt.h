@@ -165,8 +165,9 @@ class GPT {
 
   GPTConfig config_;
   ParameterLayout layout_;
-  // The bf16 copy of the parameter arena for bf16 products (set_dtype), remade when stale.
-  const bf16* params16();
+  // The bf16 copy of the parameter arena for bf16 products (set_dtype), remade when stale (in
+  // place, in parallel: after every optimizer step in training).
+  const bf16* params16(ThreadContext& ctx);
 
   Tensor params_;  // [layout.total()], the arena of every parameter
   DType dtype_ = DType::f32;
