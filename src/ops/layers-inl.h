@@ -348,13 +348,29 @@ inline float RowLogSumExp(const float* x, int64_t n, float* p) {
 }
 
 // sums[j] += Σ_r x[r·ldx + j] for j < cols, each column added in row order in double, as the plain
-// loop adds it (so the same bits), a vector of columns at a time.
+// loop adds it (so the same bits). Eight vectors of columns at a time, row by row: eight
+// independent chains of additions (one chain waits on each addition's latency), and each row's
+// columns read as one run of memory (a column at a time over all the rows would read every cache
+// line of x once per vector in it, rows apart, from L2 or beyond); then a vector at a time.
 inline void AddColumnSums(const float* HWY_RESTRICT x, int64_t ldx, int64_t rows, int64_t cols,
                           double* HWY_RESTRICT sums) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
   int64_t j = 0;
+#if !HWY_HAVE_SCALABLE  // sizeless vectors cannot live in arrays
+  constexpr int64_t kChains = 8;
+  for (; j + kChains * L <= cols; j += kChains * L) {
+    hn::Vec<decltype(dd)> acc[kChains];
+    for (int64_t v = 0; v < kChains; ++v) acc[v] = hn::LoadU(dd, sums + j + v * L);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = x + r * ldx + j;
+      for (int64_t v = 0; v < kChains; ++v)
+        acc[v] = hn::Add(acc[v], hn::PromoteTo(dd, hn::LoadU(df, row + v * L)));
+    }
+    for (int64_t v = 0; v < kChains; ++v) hn::StoreU(acc[v], dd, sums + j + v * L);
+  }
+#endif
   for (; j + L <= cols; j += L) {
     auto acc = hn::LoadU(dd, sums + j);
     for (int64_t r = 0; r < rows; ++r)

@@ -37,8 +37,9 @@ class NormTest : public ::testing::TestWithParam<NormKind> {};
 
 TEST(ColumnSums, BitForBitThePlainRowOrderLoop) {
   // The bias gradient's column sums: SIMD across columns, each column in row order in double, so
-  // the same bits as the plain loop, for widths around every vector length and a padded stride.
-  for (int64_t cols : {1, 3, 7, 8, 9, 16, 37, 64}) {
+  // the same bits as the plain loop, for widths around every vector length and around the eight
+  // vectors of one pass, and a padded stride.
+  for (int64_t cols : {1, 3, 7, 8, 9, 16, 37, 64, 71, 130}) {
     const int64_t rows = 53, ld = cols + 5;
     const Tensor x = random_tensor({rows, ld}, static_cast<uint64_t>(cols));
     std::vector<double> got(static_cast<size_t>(cols), 0.25), want(got);
