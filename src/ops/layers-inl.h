@@ -24,77 +24,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr float kGeluC = 0.7978845608028654f;  // √(2/π)
 constexpr float kGeluA = 0.044715f;
 
-inline float GeluScalar(float x) {
-  return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
-}
-// d/dx of GeluScalar: ½(1 + t) + ½x(1 − t²)·c(1 + 3a x²), t = tanh(c(x + a x³)).
-inline float GeluGradScalar(float x) {
-  const float t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
-  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
-}
-
-// One vector's t = tanh(c(x + a x³)), the evaluation GELU's value and derivative share, and each
-// of them from it: the same operations wherever they are used, so a value or derivative computed
-// in one pass or the other has the same bits.
-template <class D, class V>
-HWY_INLINE V GeluTanhArg(D d, V v) {
-  return hn::Tanh(
-      d, hn::Mul(hn::Set(d, kGeluC), hn::MulAdd(hn::Mul(hn::Set(d, kGeluA), hn::Mul(v, v)), v, v)));
-}
-template <class D, class V>
-HWY_INLINE V GeluFromTanh(D d, V v, V t) {
-  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), hn::Add(hn::Set(d, 1.0f), t));
-}
-template <class D, class V>
-HWY_INLINE V GeluGradFromTanh(D d, V v, V t) {
-  const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
-  const auto sech2 = hn::NegMulAdd(t, t, one);
-  const auto inner_grad =
-      hn::Mul(hn::Set(d, kGeluC), hn::MulAdd(hn::Set(d, 3.0f * kGeluA), hn::Mul(v, v), one));
-  return hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), inner_grad, hn::Mul(half, hn::Add(one, t)));
-}
-
-inline void GeluForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const auto v = hn::LoadU(d, x + i);
-    hn::StoreU(GeluFromTanh(d, v, GeluTanhArg(d, v)), d, y + i);
-  }
-  for (; i < n; ++i) y[i] = GeluScalar(x[i]);
-}
-
-inline void GeluBackward(const float* HWY_RESTRICT x, const float* dy, float* dx, int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const auto v = hn::LoadU(d, x + i);
-    const auto g = GeluGradFromTanh(d, v, GeluTanhArg(d, v));
-    hn::StoreU(hn::Mul(g, hn::LoadU(d, dy + i)), d, dx + i);
-  }
-  for (; i < n; ++i) dx[i] = GeluGradScalar(x[i]) * dy[i];
-}
-
-// GeluForward and, in place of x, the derivative GeluBackward multiplies dy by: one tanh for both.
-inline void GeluForwardKeepingGrad(float* HWY_RESTRICT x_then_grad, float* HWY_RESTRICT y,
-                                   int64_t n) {
-  const hn::ScalableTag<float> d;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(d));
-  int64_t i = 0;
-  for (; i + L <= n; i += L) {
-    const auto v = hn::LoadU(d, x_then_grad + i);
-    const auto t = GeluTanhArg(d, v);
-    hn::StoreU(GeluFromTanh(d, v, t), d, y + i);
-    hn::StoreU(GeluGradFromTanh(d, v, t), d, x_then_grad + i);
-  }
-  for (; i < n; ++i) {
-    y[i] = GeluScalar(x_then_grad[i]);
-    x_then_grad[i] = GeluGradScalar(x_then_grad[i]);
-  }
-}
-
 // erf(x) by Abramowitz & Stegun 7.1.26 (|error| ≤ 1.5e-7): with t = 1/(1 + p|x|),
 // erf(|x|) = 1 − t(a1 + t(a2 + t(a3 + t(a4 + t·a5))))·e^(−x²), the sign restored after.
 template <class D, class V>
@@ -116,70 +45,108 @@ HWY_INLINE V ErfApprox(D d, V x) {
 constexpr float kInvSqrt2 = 0.7071067811865476f;
 constexpr float kInvSqrt2Pi = 0.3989422804014327f;
 
-// GELU in its exact form, y = ½x(1 + erf(x/√2)) (BERT's "gelu"), and its derivative
-// ½(1 + erf(x/√2)) + x·φ(x), φ the standard normal density: erf(x/√2) of a vector is what both
-// share, each computed from it by the same operations in every pass (as for the tanh form).
-template <class D, class V>
-HWY_INLINE V GeluErfArg(D d, V v) {
-  return ErfApprox(d, hn::Mul(v, hn::Set(d, kInvSqrt2)));
-}
-template <class D, class V>
-HWY_INLINE V GeluFromErf(D d, V v, V e) {
-  return hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), hn::Add(hn::Set(d, 1.0f), e));
-}
-template <class D, class V>
-HWY_INLINE V GeluGradFromErf(D d, V v, V e) {
-  const auto cdf = hn::Mul(hn::Set(d, 0.5f), hn::Add(hn::Set(d, 1.0f), e));
-  const auto pdf =
-      hn::Mul(hn::Set(d, kInvSqrt2Pi), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), hn::Mul(v, v))));
-  return hn::MulAdd(v, pdf, cdf);
-}
-inline float GeluErfScalar(float x) {
-  return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2));
-}
-inline float GeluErfGradScalar(float x) {
-  const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
-  const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
-  return cdf + x * pdf;
-}
+// The two forms of GELU, each as the evaluation its value and derivative share (Arg, of a vector)
+// and how each is made from it, and the same in scalars (for tails):
+//   tanh: y = ½x(1 + t), t = tanh(c(x + a x³)) (GPT-2's);
+//         y' = ½(1 + t) + ½x(1 − t²)·c(1 + 3a x²)
+//   erf:  y = ½x(1 + e), e = erf(x/√2) (BERT's "gelu"); y' = ½(1 + e) + x·φ(x), φ the standard
+//         normal density
+// Every pass builds a value or derivative from these same operations, so it has the same bits
+// whether the forward, the backward or the forward that keeps the derivative computed it.
+struct GeluTanhForm {
+  template <class D, class V>
+  static HWY_INLINE V Arg(D d, V v) {
+    return hn::Tanh(d, hn::Mul(hn::Set(d, kGeluC),
+                               hn::MulAdd(hn::Mul(hn::Set(d, kGeluA), hn::Mul(v, v)), v, v)));
+  }
+  template <class D, class V>
+  static HWY_INLINE V Value(D d, V v, V t) {
+    return hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), hn::Add(hn::Set(d, 1.0f), t));
+  }
+  template <class D, class V>
+  static HWY_INLINE V Grad(D d, V v, V t) {
+    const auto half = hn::Set(d, 0.5f), one = hn::Set(d, 1.0f);
+    const auto sech2 = hn::NegMulAdd(t, t, one);
+    const auto inner_grad =
+        hn::Mul(hn::Set(d, kGeluC), hn::MulAdd(hn::Set(d, 3.0f * kGeluA), hn::Mul(v, v), one));
+    return hn::MulAdd(hn::Mul(hn::Mul(half, v), sech2), inner_grad, hn::Mul(half, hn::Add(one, t)));
+  }
+  static float Value(float x) {
+    return 0.5f * x * (1.0f + std::tanh(kGeluC * (x + kGeluA * x * x * x)));
+  }
+  static float Grad(float x) {
+    const float t = std::tanh(kGeluC * (x + kGeluA * x * x * x));
+    return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kGeluC * (1.0f + 3.0f * kGeluA * x * x);
+  }
+};
 
-inline void GeluErfForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
+struct GeluErfForm {
+  template <class D, class V>
+  static HWY_INLINE V Arg(D d, V v) {
+    return ErfApprox(d, hn::Mul(v, hn::Set(d, kInvSqrt2)));
+  }
+  template <class D, class V>
+  static HWY_INLINE V Value(D d, V v, V e) {
+    return hn::Mul(hn::Mul(hn::Set(d, 0.5f), v), hn::Add(hn::Set(d, 1.0f), e));
+  }
+  template <class D, class V>
+  static HWY_INLINE V Grad(D d, V v, V e) {
+    const auto cdf = hn::Mul(hn::Set(d, 0.5f), hn::Add(hn::Set(d, 1.0f), e));
+    const auto pdf =
+        hn::Mul(hn::Set(d, kInvSqrt2Pi), hn::Exp(d, hn::Mul(hn::Set(d, -0.5f), hn::Mul(v, v))));
+    return hn::MulAdd(v, pdf, cdf);
+  }
+  static float Value(float x) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); }
+  static float Grad(float x) {
+    const float cdf = 0.5f * (1.0f + std::erf(x * kInvSqrt2));
+    const float pdf = kInvSqrt2Pi * std::exp(-0.5f * x * x);
+    return cdf + x * pdf;
+  }
+};
+
+// y = gelu(x).
+template <class Form>
+inline void GeluForward(const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const auto v = hn::LoadU(d, x + i);
-    hn::StoreU(GeluFromErf(d, v, GeluErfArg(d, v)), d, y + i);
+    hn::StoreU(Form::Value(d, v, Form::Arg(d, v)), d, y + i);
   }
-  for (; i < n; ++i) y[i] = GeluErfScalar(x[i]);
+  for (; i < n; ++i) y[i] = Form::Value(x[i]);
 }
 
-inline void GeluErfBackward(const float* HWY_RESTRICT x, const float* dy, float* dx, int64_t n) {
+// dx = gelu'(x) ⊙ dy.
+template <class Form>
+inline void GeluBackward(const float* HWY_RESTRICT x, const float* dy, float* dx, int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const auto v = hn::LoadU(d, x + i);
-    hn::StoreU(hn::Mul(GeluGradFromErf(d, v, GeluErfArg(d, v)), hn::LoadU(d, dy + i)), d, dx + i);
+    hn::StoreU(hn::Mul(Form::Grad(d, v, Form::Arg(d, v)), hn::LoadU(d, dy + i)), d, dx + i);
   }
-  for (; i < n; ++i) dx[i] = GeluErfGradScalar(x[i]) * dy[i];
+  for (; i < n; ++i) dx[i] = Form::Grad(x[i]) * dy[i];
 }
 
-// GeluErfForward and, in place of x, the derivative GeluErfBackward multiplies dy by.
-inline void GeluErfForwardKeepingGrad(float* HWY_RESTRICT x_then_grad, float* HWY_RESTRICT y,
-                                      int64_t n) {
+// GeluForward and, in place of x, the derivative GeluBackward multiplies dy by: one evaluation
+// (tanh or erf) for both.
+template <class Form>
+inline void GeluForwardKeepingGrad(float* HWY_RESTRICT x_then_grad, float* HWY_RESTRICT y,
+                                   int64_t n) {
   const hn::ScalableTag<float> d;
   const int64_t L = static_cast<int64_t>(hn::Lanes(d));
   int64_t i = 0;
   for (; i + L <= n; i += L) {
     const auto v = hn::LoadU(d, x_then_grad + i);
-    const auto e = GeluErfArg(d, v);
-    hn::StoreU(GeluFromErf(d, v, e), d, y + i);
-    hn::StoreU(GeluGradFromErf(d, v, e), d, x_then_grad + i);
+    const auto a = Form::Arg(d, v);
+    hn::StoreU(Form::Value(d, v, a), d, y + i);
+    hn::StoreU(Form::Grad(d, v, a), d, x_then_grad + i);
   }
   for (; i < n; ++i) {
-    y[i] = GeluErfScalar(x_then_grad[i]);
-    x_then_grad[i] = GeluErfGradScalar(x_then_grad[i]);
+    y[i] = Form::Value(x_then_grad[i]);
+    x_then_grad[i] = Form::Grad(x_then_grad[i]);
   }
 }
 

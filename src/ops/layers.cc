@@ -14,22 +14,22 @@ namespace headlight {
 namespace HWY_NAMESPACE {
 
 void GeluForwardDispatch(const float* x, float* y, int64_t n) {
-  GeluForward(x, y, n);
+  GeluForward<GeluTanhForm>(x, y, n);
 }
 void GeluBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n) {
-  GeluBackward(x, dy, dx, n);
+  GeluBackward<GeluTanhForm>(x, dy, dx, n);
 }
 void GeluErfForwardDispatch(const float* x, float* y, int64_t n) {
-  GeluErfForward(x, y, n);
+  GeluForward<GeluErfForm>(x, y, n);
 }
 void GeluErfBackwardDispatch(const float* x, const float* dy, float* dx, int64_t n) {
-  GeluErfBackward(x, dy, dx, n);
+  GeluBackward<GeluErfForm>(x, dy, dx, n);
 }
 void GeluForwardKeepingGradDispatch(float* x_then_grad, float* y, int64_t n) {
-  GeluForwardKeepingGrad(x_then_grad, y, n);
+  GeluForwardKeepingGrad<GeluTanhForm>(x_then_grad, y, n);
 }
 void GeluErfForwardKeepingGradDispatch(float* x_then_grad, float* y, int64_t n) {
-  GeluErfForwardKeepingGrad(x_then_grad, y, n);
+  GeluForwardKeepingGrad<GeluErfForm>(x_then_grad, y, n);
 }
 void MulElementsDispatch(const float* g, const float* dy, float* dx, int64_t n) {
   MulElements(g, dy, dx, n);
@@ -214,7 +214,7 @@ void activation_forward_keeping_grad(ThreadContext& ctx, const ActivationShape& 
       HWY_DYNAMIC_DISPATCH(GeluForwardKeepingGradDispatch)(in_then_grad + begin, out + begin, len);
     else
       HWY_DYNAMIC_DISPATCH(GeluErfForwardKeepingGradDispatch)
-      (in_then_grad + begin, out + begin, len);
+    (in_then_grad + begin, out + begin, len);
   });
 }
 
