@@ -263,10 +263,18 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
                               static_cast<size_t>(a.d16), true);
       }
     }
-    for (int64_t c = 0; c < cols; ++c) {
-      for (int64_t e = 0; e < D; ++e) dk_rows[c * D + e] = w.dkt[e * bc + c] * scale;
-      for (int64_t x = 0; x < Dv; ++x) dv_rows[c * Dv + x] = w.dvt[x * bc + c];
-    }
+    // dK = scale · dKᵀᵀ and dV = dVᵀᵀ, 16 rows of the transposes at a time (each row of dK and dV
+    // written a cache line at a time); dV's words moved unchanged.
+    for (int64_t e0 = 0; e0 < D; e0 += 16)
+      kernels::transpose_rows(w.dkt + e0 * bc, static_cast<size_t>(bc),
+                              static_cast<size_t>(std::min<int64_t>(16, D - e0)),
+                              static_cast<size_t>(cols), scale, dk_rows + e0,
+                              static_cast<size_t>(D));
+    for (int64_t x0 = 0; x0 < Dv; x0 += 16)
+      kernels::transpose_words(
+          reinterpret_cast<const uint32_t*>(w.dvt + x0 * bc), static_cast<size_t>(bc),
+          static_cast<size_t>(std::min<int64_t>(16, Dv - x0)), static_cast<size_t>(cols),
+          reinterpret_cast<uint32_t*>(dv_rows + x0), static_cast<size_t>(Dv));
   }
   std::vector<float> row(static_cast<size_t>(D));
   for (int64_t hg = 0; hg < G; ++hg)
