@@ -217,3 +217,34 @@ def test_threads_and_saved_forward_arguments():
     out, probs = headlight.scaled_dot_product_attention(q, k, v, return_probs=True)
     assert np.allclose(probs.sum(-1), 1.0, atol=1e-5)
     assert np.allclose(out, probs @ v, atol=1e-5)
+
+
+def test_calls_from_several_threads_reuse_their_own_scratch():
+    # The functional SDPA keeps a thread context (its scratch) per calling thread and thread count
+    # between calls: calls of different shapes, thread counts and Python threads, interleaved,
+    # each give the bits of the same call made alone, and a bad call leaves the next one sound.
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(5)
+    problems = []
+    for shape in [(1, 4, 300, 64), (2, 2, 40, 24), (1, 8, 1, 64)]:
+        q, k, v = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
+        go = rng.standard_normal(shape).astype(np.float32)
+        problems.append((q, k, v, go))
+
+    def run(i, threads):
+        q, k, v, go = problems[i % len(problems)]
+        out = headlight.scaled_dot_product_attention(q, k, v, is_causal=True, threads=threads)
+        grads = headlight.scaled_dot_product_attention_backward(q, k, v, go, is_causal=True,
+                                                                threads=threads)
+        return (out, *grads)
+
+    want = [run(i, 1) for i in range(len(problems))]
+    with pytest.raises(ValueError, match="key"):
+        q, k, v, _ = problems[0]
+        headlight.scaled_dot_product_attention(q, k[..., :8], v, threads=2)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        jobs = [(i, pool.submit(run, i, 1 + i % 2)) for i in range(12)]
+        for i, job in jobs:
+            for got, ref in zip(job.result(), want[i % len(problems)]):
+                assert np.array_equal(got, ref)

@@ -31,6 +31,8 @@ class ScratchArena {
   ~ScratchArena();
   // At least `count` floats, 64-byte aligned; valid until the next call to floats().
   float* floats(size_t count);
+  // Bytes held.
+  size_t bytes() const { return bytes_; }
 
  private:
   void* data_ = nullptr;
@@ -83,6 +85,12 @@ class ThreadContext {
   // One arena shared by all workers (for data packed once and read by every thread).
   ScratchArena& shared_scratch() {
     return shared_;
+  }
+  // Bytes held by all the arenas.
+  size_t scratch_bytes() const {
+    size_t total = shared_.bytes();
+    for (const auto& s : scratch_) total += s->bytes();
+    return total;
   }
 
  private:
