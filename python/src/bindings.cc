@@ -59,8 +59,10 @@ constexpr size_t kKeptScratch = size_t{256} << 20;
 template <class Fn>
 auto with_sdpa_context(int threads, Fn&& fn) {
   thread_local std::map<int, std::unique_ptr<ThreadContext>> contexts;
-  std::unique_ptr<ThreadContext>& slot = contexts[checked_threads(threads)];
-  if (!slot) slot = std::make_unique<ThreadContext>(threads);
+  // Keyed by the count the call runs on: threads = 0 follows OpenMP's setting of the moment.
+  const int n = ThreadContext::resolved_threads(checked_threads(threads));
+  std::unique_ptr<ThreadContext>& slot = contexts[n];
+  if (!slot) slot = std::make_unique<ThreadContext>(n);
   struct Trim {
     std::unique_ptr<ThreadContext>& slot;
     ~Trim() {

@@ -26,8 +26,11 @@ float* ScratchArena::floats(size_t count) {
   return static_cast<float*>(data_);
 }
 
-ThreadContext::ThreadContext(int num_threads)
-    : num_threads_(num_threads > 0 ? num_threads : std::max(1, omp_get_max_threads())) {
+int ThreadContext::resolved_threads(int num_threads) {
+  return num_threads > 0 ? num_threads : std::max(1, omp_get_max_threads());
+}
+
+ThreadContext::ThreadContext(int num_threads) : num_threads_(resolved_threads(num_threads)) {
   scratch_.reserve(static_cast<size_t>(num_threads_));
   for (int i = 0; i < num_threads_; ++i) scratch_.push_back(std::make_unique<ScratchArena>());
 }

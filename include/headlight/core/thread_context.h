@@ -43,6 +43,8 @@ class ThreadContext {
  public:
   // num_threads <= 0 means "all the hardware threads OpenMP reports".
   explicit ThreadContext(int num_threads = 0);
+  // The thread count a context made with num_threads has (OpenMP's, as of now, for <= 0).
+  static int resolved_threads(int num_threads);
 
   int num_threads() const { return num_threads_; }
 
