@@ -1,4 +1,5 @@
-// Dynamic dispatch of the fused attention kernels' SIMD loops (flash_kernels-inl.h).
+// Dynamic dispatch of the fused attention kernels' SIMD loops (flash_kernels-inl.h; decode's scores
+// in flash_dot-inl.h).
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "src/attention/cpu/flash_kernels.cc"
@@ -6,6 +7,7 @@
 
 #include "hwy/highway.h"
 #include "src/attention/cpu/flash_bf16-inl.h"
+#include "src/attention/cpu/flash_dot-inl.h"
 #include "src/attention/cpu/flash_kernels-inl.h"
 
 #if HWY_ONCE

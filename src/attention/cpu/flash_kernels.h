@@ -1,6 +1,6 @@
 // The SIMD inner loops of the fused attention kernels, dispatched at run time to the best target
-// Highway compiled in (flash_kernels-inl.h holds the loops). Plain functions, so that the tiling
-// code in flash_forward.cc and flash_backward.cc stays free of SIMD.
+// Highway compiled in (flash_kernels-inl.h and flash_dot-inl.h hold the loops). Plain functions, so
+// that the tiling code in flash_forward.cc and flash_backward.cc stays free of SIMD.
 #pragma once
 
 #include <cstddef>
