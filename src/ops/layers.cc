@@ -220,6 +220,8 @@ void activation_forward_keeping_grad(ThreadContext& ctx, const ActivationShape& 
 
 void activation_backward_from_grad(ThreadContext& ctx, const ActivationShape& s, const float* grad,
                                    const float* dout, float* din) {
+  check(activation_keeps_grad(s.kind), "activation_backward_from_grad: {} keeps no derivative",
+        activation_name(s.kind));
   const int64_t n = s.rows * s.width;
   ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
     const int64_t begin = b * kElementBlock, len = std::min(kElementBlock, n - begin);

@@ -169,11 +169,16 @@ TEST_P(ActivationTest, KeepingTheDerivativeGivesTheSameBits) {
   }
   if (!activation_keeps_grad(kind)) {
     std::vector<float> y(rows * F);
-    try {
-      activation_forward_keeping_grad(ctx, s, x.data(), y.data());
-      FAIL() << "no error for " << activation_name(kind);
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(activation_name(kind)), std::string::npos) << e.what();
+    for (bool backward : {false, true}) {
+      try {
+        if (backward)
+          activation_backward_from_grad(ctx, s, x.data(), dy.data(), y.data());
+        else
+          activation_forward_keeping_grad(ctx, s, x.data(), y.data());
+        FAIL() << "no error for " << activation_name(kind);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(activation_name(kind)), std::string::npos) << e.what();
+      }
     }
     return;
   }
