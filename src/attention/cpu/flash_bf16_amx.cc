@@ -146,24 +146,25 @@ HEADLIGHT_AMX_TARGET void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t
   Product<true>(p, ldp * sizeof(bf16), rows, v, ldv, pairs / 16, 64, width, o, ldo);
 }
 
-// 2^t for t ≤ 0 (t may be −inf, NaN propagates): t = n + f with n = round(t) and f = t − n ∈
-// [−½, ½] (vreduceps), 2^f from a degree-5 polynomial (relative error < 10⁻⁷, fitted on [−½, ½]),
-// and 2^n applied by vscalefps. Below −125 (and for −inf: masked keys) the result is exactly 0:
-// those lanes are zeroed by the scalef's mask rather than computed, because a denormal result
-// (and the sums of denormals after it) costs a microcode assist of a hundred cycles or more.
+// 2^t for t ≤ 0 (t may be −inf, NaN propagates), in seven instructions: t = n + f with n = ⌊t⌋
+// and f = t − n ∈ [0, 1) (vreduceps, rounding down), 2^f from a degree-4 polynomial, and 2^n
+// applied by vscalefps, which scales by 2^⌊t⌋ itself, so n is never formed. The polynomial is
+// exact at both ends (2^0 = 1, 2^1 = 2: a row's maximum weighs exactly 1, also when rounding puts
+// t a hair below 0) with relative error < 3.5·10⁻⁶ between (fitted on [0, 1), float arithmetic):
+// the weights are rounded to bf16 for P·V (half-ulp 2·10⁻³), and the log-sum-exp, from the fp32
+// sums, stays within 10⁻⁵. Below −126 (and for −inf: masked keys) the result is exactly 0: those
+// lanes are zeroed by the scalef's mask rather than computed, because a denormal result (and the
+// sums of denormals after it) costs a microcode assist of a hundred cycles or more; from −126 up
+// the result is a normal number.
 HEADLIGHT_AMX_TARGET inline __m512 Exp2(__m512 t) {
-  const __m512 floor = _mm512_set1_ps(-125.0f);
-  const __mmask16 keep = _mm512_cmp_ps_mask(t, floor, _CMP_NLT_UQ);  // t ≥ −125 or NaN
-  t = _mm512_max_ps(floor, t);                                       // returns t when t is NaN
-  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEAREST_INT);
-  const __m512 n = _mm512_sub_ps(t, f);
-  __m512 p = _mm512_set1_ps(1.32764655e-3f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.67554189e-3f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.55071346e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.40221202e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93146944e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.00000012f));
-  return _mm512_maskz_scalef_ps(keep, p, n);
+  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // or NaN
+  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);
+  __m512 p = _mm512_set1_ps(1.35557475e-2f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.20323701e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.41379768e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93032146e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, t);
 }
 
 HEADLIGHT_AMX_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
