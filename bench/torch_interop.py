@@ -22,10 +22,14 @@
    model with an attention that costs nothing (its output is the values), which bounds the
    speed-up any attention implementation can give the whole model.
 
-Each figure is the median over --rounds of medians of --runs calls. Prints Markdown tables.
+Each time is the median over --rounds of medians of --runs calls; the things compared take turns
+within each round, and each speed-up is the median over the rounds of the same round's ratio (the
+machine is shared, and its speed drifts by more than some of the differences measured). Prints
+Markdown tables.
 """
 
 import argparse
+import copy
 import json
 import statistics
 import subprocess
@@ -47,6 +51,17 @@ from compare import median_seconds  # noqa: E402  (one home for the timing loop)
 
 def rounds(fn, n):
     return statistics.median(fn() for _ in range(n))
+
+
+def paired(fns, args):
+    """Times the callables of `fns` in rounds: each round takes the median of --runs calls of
+    each in turn, so that the machine's drifts (it is shared and noisy) fall on all of them alike.
+    Returns each one's median over the rounds and, for each one after the first, the median over
+    the rounds of (its time ÷ the first's time) in the same round."""
+    per_round = [[median_seconds(fn, args.runs) for fn in fns] for _ in range(args.rounds)]
+    medians = [statistics.median(r[i] for r in per_round) for i in range(len(fns))]
+    ratios = [statistics.median(r[i] / r[0] for r in per_round) for i in range(1, len(fns))]
+    return medians, ratios
 
 
 def fma_peak(threads, dtype="f32"):
@@ -93,13 +108,12 @@ def op_rows(args, peak, dtype=torch.float32):
 
             ours = step(ht.scaled_dot_product_attention)
             theirs = step(torch.nn.functional.scaled_dot_product_attention)
-            t_ours = rounds(lambda: median_seconds(ours, args.runs), args.rounds)
-            t_theirs = rounds(lambda: median_seconds(theirs, args.runs), args.rounds)
+            (t_ours, t_theirs), (speedup,) = paired([ours, theirs], args)
             flops = 4 * 8 * N * N * D * 3.5 * (0.5 if causal else 1.0)
             row = (f"N={N}, D={D}{' causal' if causal else ''}",
                    f"{t_ours * 1e3:.2f} ms", f"{flops / t_ours / 1e9:.0f}",
                    f"{flops / t_ours / 1e9 / peak:.2f}", f"{t_theirs * 1e3:.2f} ms",
-                   f"{t_theirs / t_ours:.2f}×")
+                   f"{speedup:.2f}×")
             if dtype == torch.float32:  # causal: half the products
                 floor = products_floor(args, N, D, 8) * (0.5 if causal else 1.0)
                 row += (f"{floor * 1e3:.2f} ms", f"{t_theirs / floor:.2f}×")
@@ -157,10 +171,16 @@ def gpt2_rows(args):
     AttentionMaskInterface.register("no-attention", sdpa_mask)
     models = {}
     for impl in ("headlight", "sdpa", "eager", "no-attention"):
-        config._attn_implementation = impl
-        m = GPT2LMHeadModel(config)
+        # Each model its own config: a model keeps the config object it was made with, and its
+        # layers read the implementation from it at every call, so one shared config would run
+        # every model on the implementation set last.
+        own = copy.deepcopy(config)
+        own._attn_implementation = impl
+        m = GPT2LMHeadModel(own)
         m.load_state_dict(state)
         models[impl] = m.eval()
+    for impl, m in models.items():
+        assert m.transformer.h[0].attn.config._attn_implementation == impl, impl
 
     def forward(m, **kw):
         def run():
@@ -179,19 +199,22 @@ def gpt2_rows(args):
             models["headlight"](ids)
         return heads
 
-    time_of = lambda fn: rounds(lambda: median_seconds(fn, args.runs), args.rounds)  # noqa: E731
-    f_hl, f_sdpa = time_of(forward(models["headlight"])), time_of(forward(models["sdpa"]))
-    s_hl, s_sdpa = time_of(train_step(models["headlight"])), time_of(train_step(models["sdpa"]))
-    c_hl = time_of(capture)
-    c_eager = time_of(forward(models["eager"], output_attentions=True))
-    floor = time_of(forward(models["no-attention"]))
-    step_floor = time_of(train_step(models["no-attention"]))
+    # Each comparison in paired rounds: the ratios are medians of same-round ratios.
+    (f_hl, f_sdpa, floor), (f_sdpa_r, floor_r) = paired(
+        [forward(models["headlight"]), forward(models["sdpa"]), forward(models["no-attention"])],
+        args)
+    (s_hl, s_sdpa, step_floor), (s_sdpa_r, step_floor_r) = paired(
+        [train_step(models["headlight"]), train_step(models["sdpa"]),
+         train_step(models["no-attention"])], args)
+    (c_hl, c_eager), (c_eager_r,) = paired(
+        [capture, forward(models["eager"], output_attentions=True)], args)
     return [("forward", f"{f_hl * 1e3:.0f} ms", "sdpa", f"{f_sdpa * 1e3:.0f} ms",
-             f"{f_sdpa / f_hl:.2f}×", f"{floor * 1e3:.0f} ms: ≤ {f_sdpa / floor:.2f}×"),
+             f"{f_sdpa_r:.2f}×", f"{floor * 1e3:.0f} ms: ≤ {f_sdpa_r / floor_r:.2f}×"),
             ("training step", f"{s_hl * 1e3:.0f} ms", "sdpa", f"{s_sdpa * 1e3:.0f} ms",
-             f"{s_sdpa / s_hl:.2f}×", f"{step_floor * 1e3:.0f} ms: ≤ {s_sdpa / step_floor:.2f}×"),
+             f"{s_sdpa_r:.2f}×",
+             f"{step_floor * 1e3:.0f} ms: ≤ {s_sdpa_r / step_floor_r:.2f}×"),
             ("capture of every head", f"{c_hl * 1e3:.0f} ms", "eager, output_attentions",
-             f"{c_eager * 1e3:.0f} ms", f"{c_eager / c_hl:.2f}×",
+             f"{c_eager * 1e3:.0f} ms", f"{c_eager_r:.2f}×",
              f"{floor * 1e3:.0f} ms: ≤ {c_eager / floor:.2f}×")]
 
 
