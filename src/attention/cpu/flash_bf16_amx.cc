@@ -138,6 +138,7 @@ HEADLIGHT_AMX_TARGET void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t
                                   const float* alpha) {
   if (alpha)
     for (size_t r = 0; r < rows; ++r) {
+      if (alpha[r] == 1.0f) continue;  // the row's maximum did not move (most rows, after a while)
       const __m512 a = _mm512_set1_ps(alpha[r]);
       for (size_t x = 0; x < width; x += 16)
         _mm512_storeu_ps(o + r * ldo + x, _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + x), a));

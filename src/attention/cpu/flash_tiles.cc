@@ -56,6 +56,7 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
   const bool partial = t.partial;
   const int64_t shift = o.alignment == Alignment::bottom_right ? p.shape.len_kv - p.shape.len_q : 0;
   const bool per_element = o.alibi_slopes || o.mask.kind != MaskKind::none;
+  if (!partial && !per_element && cols == cols_pad) return;  // every score of the tile stands
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * lds;
     const int64_t i = i0 + r, pos = i + shift;
