@@ -47,6 +47,30 @@ const bf16* rounded(ThreadContext& ctx, const float* x, int64_t n, Tensor& scrat
   return out;
 }
 
+// The products of linear_grads with bf16 operands, dy already rounded (dy16): dx overwritten (or
+// added when accumulate_dx), dW added (not computed when dw is null); x as the forward rounded it.
+void products_bf16(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
+                   const bf16* dy16, float* dx, bool accumulate_dx, float* dw,
+                   const Bf16Products& b16) {
+  const int64_t rows = s.rows, in = s.in_features, out = s.out_features;
+  const bf16* w16 = b16.P16 + (w - b16.P);
+  if (dx)
+    ops::matmul(ctx, {.rows = rows, .cols = out, .ld = out, .bf16 = dy16},
+                {.rows = out, .cols = in, .ld = in, .bf16 = w16},
+                {.data = dx, .ld = in, .alpha = 1.0f, .beta = accumulate_dx ? 1.0f : 0.0f});
+  if (dw) {
+    const bf16* x16 = nullptr;  // as the forward rounded it, else rounded now
+    for (size_t i = 0; i < b16.state->rounded_used && !x16; ++i) {
+      const GPT::State::Rounded& r = b16.state->rounded[i];
+      if (r.src == x && r.n == rows * in) x16 = r.values.data<bf16>();
+    }
+    if (!x16) x16 = rounded(ctx, x, rows * in, *b16.x16);
+    ops::matmul(ctx, {.rows = out, .cols = rows, .ld = out, .transposed = true, .bf16 = dy16},
+                {.rows = rows, .cols = in, .ld = in, .bf16 = x16},
+                {.data = dw, .ld = in, .alpha = 1.0f, .beta = 1.0f});
+  }
+}
+
 // Gradients of y = x·Wᵀ + b: dx overwritten (or added when accumulate_dx), dW and db added (not
 // computed when dw is null). With bf16 products, dy, x and W enter the products rounded to bf16
 // (fp32 accumulation into the float32 gradients); db sums the float32 dy.
@@ -56,24 +80,9 @@ void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x,
   if (b16.P16) {
     const int64_t rows = s.rows, in = s.in_features, out = s.out_features;
     if (rows == 0 || out == 0) return;
-    const bf16* w16 = b16.P16 + (w - b16.P);
-    const bf16* dy16 = rounded(ctx, dy, rows * out, *b16.dy16);
-    if (dx)
-      ops::matmul(ctx, {.rows = rows, .cols = out, .ld = out, .bf16 = dy16},
-                  {.rows = out, .cols = in, .ld = in, .bf16 = w16},
-                  {.data = dx, .ld = in, .alpha = 1.0f, .beta = accumulate_dx ? 1.0f : 0.0f});
-    if (dw) {
-      const bf16* x16 = nullptr;  // as the forward rounded it, else rounded now
-      for (size_t i = 0; i < b16.state->rounded_used && !x16; ++i) {
-        const GPT::State::Rounded& r = b16.state->rounded[i];
-        if (r.src == x && r.n == rows * in) x16 = r.values.data<bf16>();
-      }
-      if (!x16) x16 = rounded(ctx, x, rows * in, *b16.x16);
-      ops::matmul(ctx, {.rows = out, .cols = rows, .ld = out, .transposed = true, .bf16 = dy16},
-                  {.rows = rows, .cols = in, .ld = in, .bf16 = x16},
-                  {.data = dw, .ld = in, .alpha = 1.0f, .beta = 1.0f});
-      if (db) ops::linear_backward(ctx, s, x, in, w, dy, out, {nullptr, 0, nullptr, db, true});
-    }
+    products_bf16(ctx, s, x, w, rounded(ctx, dy, rows * out, *b16.dy16), dx, accumulate_dx, dw,
+                  b16);
+    if (dw && db) ops::linear_backward(ctx, s, x, in, w, dy, out, {nullptr, 0, nullptr, db, true});
     return;
   }
   if (dx)
@@ -155,13 +164,25 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
                  P + o.fc_proj_w, dres, dgel, false, maybe(GW, o.fc_proj_w), maybe(GW, o.fc_proj_b),
                  b16);
     const ops::ActivationShape as{.kind = c.activation, .rows = d.rows, .width = d.F};
-    if (ops::activation_keeps_grad(c.activation))  // the forward left act'(fc) in a.fc
-      ops::activation_backward_from_grad(ctx, as, a.fc.ptr(), dgel, dfc);
-    else
-      ops::activation_backward(ctx, as, a.fc.ptr(), dgel, dfc);
-    // Gradient at m_in: da = dfc · W_fc.
-    linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, P + o.fc_w,
-                 dfc, da, false, maybe(GW, o.fc_w), maybe(GW, o.fc_b), b16);
+    const ops::LinearShape up{.rows = d.rows, .in_features = d.C, .out_features = d.Fi};
+    if (b16.P16 && ops::activation_keeps_grad(c.activation)) {
+      // Mixed precision: dfc only rounded to bf16 for the products, fc's bias gradient summed
+      // from the float32 values in the same pass. Then the gradient at m_in: da = dfc · W_fc.
+      Tensor& dfc16 = *b16.dy16;
+      if (dfc16.numel() < d.rows * d.Fi) dfc16 = Tensor(DType::bf16, {d.rows * d.Fi});
+      ops::activation_backward_from_grad_bf16(ctx, as, a.fc.ptr(), dgel, dfc16.data<bf16>(),
+                                              maybe(GW, o.fc_b));
+      products_bf16(ctx, up, m_in, P + o.fc_w, dfc16.data<bf16>(), da, false, maybe(GW, o.fc_w),
+                    b16);
+    } else {
+      if (ops::activation_keeps_grad(c.activation))  // the forward left act'(fc) in a.fc
+        ops::activation_backward_from_grad(ctx, as, a.fc.ptr(), dgel, dfc);
+      else
+        ops::activation_backward(ctx, as, a.fc.ptr(), dgel, dfc);
+      // Gradient at m_in: da = dfc · W_fc.
+      linear_grads(ctx, up, m_in, P + o.fc_w, dfc, da, false, maybe(GW, o.fc_w), maybe(GW, o.fc_b),
+                   b16);
+    }
     if (c.norm_first) {
       ops::norm_backward(ctx, ns, a.h.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), da,
                          {dx, true, G + o.ln2_w, maybe(G, o.ln2_b)});

@@ -292,12 +292,9 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   // bf16 products (set_dtype): the weights' bf16 copy, each input rounded into s.x16.
   const bf16* P16 = nullptr;
   if (dtype_ == DType::bf16) P16 = params16(ctx);
-  auto linear = [&](const ops::LinearShape& sh, const float* x, int64_t ldx, int64_t w_off,
-                    const float* bias, float* y, int64_t ldy,
-                    std::optional<ops::Activation> act = std::nullopt) {
-    if (!P16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
-    // Inference: one scratch; training: kept for the backward's weight gradient (s.rounded).
-    const int64_t n = sh.rows * sh.in_features;
+  // Where a product's input x [n] goes rounded to bf16: inference, one scratch; training, kept
+  // for the backward's weight gradient (s.rounded, found there by x).
+  auto rounded_slot = [&](const float* x, int64_t n) {
     Tensor* keep = &s.x16;
     if (!s.inference) {
       if (s.rounded.size() <= s.rounded_used) s.rounded.resize(s.rounded_used + 1);
@@ -307,7 +304,13 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       keep = &r.values;
     }
     if (keep->numel() < n) *keep = Tensor(DType::bf16, {n});
-    bf16* x16 = keep->data<bf16>();
+    return keep->data<bf16>();
+  };
+  auto linear = [&](const ops::LinearShape& sh, const float* x, int64_t ldx, int64_t w_off,
+                    const float* bias, float* y, int64_t ldy,
+                    std::optional<ops::Activation> act = std::nullopt) {
+    if (!P16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
+    bf16* x16 = rounded_slot(x, sh.rows * sh.in_features);
     ctx.parallel_for(sh.rows, [&](Range rows, int) {
       for (int64_t r = rows.begin; r < rows.end; ++r)
         to_bf16(x + r * ldx, x16 + r * sh.in_features, static_cast<size_t>(sh.in_features));
@@ -448,22 +451,33 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     }
     float* fc = a.fc.get(d.rows * d.Fi);
     float* gel = a.gel.get(d.rows * d.F);
-    if (s.inference && c.activation != ops::Activation::swiglu) {
-      linear({.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C, o.fc_w,
-             maybe(P, o.fc_b), gel, d.F, c.activation);
+    const ops::LinearShape up{.rows = d.rows, .in_features = d.C, .out_features = d.Fi},
+        down{.rows = d.rows, .in_features = d.F, .out_features = d.C};
+    const ops::ActivationShape as{.kind = c.activation, .rows = d.rows, .width = d.F};
+    // For a backward, GELU's derivative replaces fc (which nothing else reads), from the same
+    // tanh or erf as its value.
+    const bool keep_grad = !s.inference && ops::activation_keeps_grad(c.activation);
+    if (keep_grad && P16) {
+      // Mixed precision: the value is only written rounded to bf16, where the down product and
+      // the backward's weight gradient read it (gel itself stays unwritten: it names the copy).
+      linear(up, m_in, d.C, o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
+      bf16* gel16 = rounded_slot(gel, d.rows * d.F);
+      ops::activation_forward_keeping_grad_bf16(ctx, as, fc, gel16);
+      ops::linear_forward_bf16(ctx, down, gel16, d.F, P16 + o.fc_proj_w, maybe(P, o.fc_proj_b),
+                               branch, d.C);
     } else {
-      linear({.rows = d.rows, .in_features = d.C, .out_features = d.Fi}, m_in, d.C, o.fc_w,
-             maybe(P, o.fc_b), fc, d.Fi);
-      const ops::ActivationShape as{.kind = c.activation, .rows = d.rows, .width = d.F};
-      // For a backward, GELU's derivative replaces fc (which nothing else reads), from the same
-      // tanh or erf as its value.
-      if (!s.inference && ops::activation_keeps_grad(c.activation))
-        ops::activation_forward_keeping_grad(ctx, as, fc, gel);
-      else
-        ops::activation_forward(ctx, as, fc, gel);
+      if (s.inference && c.activation != ops::Activation::swiglu) {
+        linear({.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C, o.fc_w,
+               maybe(P, o.fc_b), gel, d.F, c.activation);
+      } else {
+        linear(up, m_in, d.C, o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
+        if (keep_grad)
+          ops::activation_forward_keeping_grad(ctx, as, fc, gel);
+        else
+          ops::activation_forward(ctx, as, fc, gel);
+      }
+      linear(down, gel, d.F, o.fc_proj_w, maybe(P, o.fc_proj_b), branch, d.C);
     }
-    linear({.rows = d.rows, .in_features = d.F, .out_features = d.C}, gel, d.F, o.fc_proj_w,
-           maybe(P, o.fc_proj_b), branch, d.C);
     if (drop) detail::dropout(ctx, branch, d.rows * d.C, c.dropout, options.seed, stream + 1);
     if (c.norm_first) {
       detail::add(ctx, d.rows * d.C, h, branch, out);

@@ -160,6 +160,25 @@ inline void MulElements(const float* HWY_RESTRICT g, const float* dy, float* dx,
   for (; i < n; ++i) dx[i] = g[i] * dy[i];
 }
 
+// dx = g ⊙ dy over one row of n columns (the products MulElements gives) and sums[j] += dx[j] in
+// double (as AddColumnSums adds a row): the bias gradient's column sums taken in the same pass.
+inline void MulElementsAddSums(const float* HWY_RESTRICT g, const float* HWY_RESTRICT dy,
+                               float* HWY_RESTRICT dx, double* HWY_RESTRICT sums, int64_t n) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  int64_t j = 0;
+  for (; j + L <= n; j += L) {
+    const auto v = hn::Mul(hn::LoadU(df, g + j), hn::LoadU(df, dy + j));
+    hn::StoreU(v, df, dx + j);
+    hn::StoreU(hn::Add(hn::LoadU(dd, sums + j), hn::PromoteTo(dd, v)), dd, sums + j);
+  }
+  for (; j < n; ++j) {
+    dx[j] = g[j] * dy[j];
+    sums[j] += dx[j];
+  }
+}
+
 // SwiGLU over one row: y[j] = silu(gate[j])·up[j], silu(g) = g·σ(g).
 inline void SwigluForward(const float* HWY_RESTRICT gate, const float* HWY_RESTRICT up,
                           float* HWY_RESTRICT y, int64_t n) {

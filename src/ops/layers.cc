@@ -34,6 +34,10 @@ void GeluErfForwardKeepingGradDispatch(float* x_then_grad, float* y, int64_t n) 
 void MulElementsDispatch(const float* g, const float* dy, float* dx, int64_t n) {
   MulElements(g, dy, dx, n);
 }
+void MulElementsAddSumsDispatch(const float* g, const float* dy, float* dx, double* sums,
+                                int64_t n) {
+  MulElementsAddSums(g, dy, dx, sums, n);
+}
 void SwigluForwardDispatch(const float* gate, const float* up, float* y, int64_t n) {
   SwigluForward(gate, up, y, n);
 }
@@ -68,6 +72,7 @@ HWY_AFTER_NAMESPACE();
 #include <cstring>
 #include <vector>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/error.h"
 #include "headlight/ops/layers.h"
 
@@ -80,6 +85,7 @@ HWY_EXPORT(GeluErfBackwardDispatch);
 HWY_EXPORT(GeluForwardKeepingGradDispatch);
 HWY_EXPORT(GeluErfForwardKeepingGradDispatch);
 HWY_EXPORT(MulElementsDispatch);
+HWY_EXPORT(MulElementsAddSumsDispatch);
 HWY_EXPORT(SwigluForwardDispatch);
 HWY_EXPORT(SwigluBackwardDispatch);
 HWY_EXPORT(RowLogSumExpDispatch);
@@ -227,6 +233,63 @@ void activation_backward_from_grad(ThreadContext& ctx, const ActivationShape& s,
     const int64_t begin = b * kElementBlock, len = std::min(kElementBlock, n - begin);
     HWY_DYNAMIC_DISPATCH(MulElementsDispatch)(grad + begin, dout + begin, din + begin, len);
   });
+}
+
+void activation_forward_keeping_grad_bf16(ThreadContext& ctx, const ActivationShape& s,
+                                          float* in_then_grad, bf16* out) {
+  check(activation_keeps_grad(s.kind),
+        "activation_forward_keeping_grad_bf16: {} keeps no derivative", activation_name(s.kind));
+  const int64_t n = s.rows * s.width;
+  ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
+    // The values in pieces of an L1 buffer (whole vectors, so that every element takes the path
+    // it takes in activation_forward_keeping_grad), then rounded.
+    constexpr int64_t kPiece = 1024;
+    alignas(64) float values[kPiece];
+    const int64_t end = std::min(n, (b + 1) * kElementBlock);
+    for (int64_t begin = b * kElementBlock; begin < end; begin += kPiece) {
+      const int64_t len = std::min(kPiece, end - begin);
+      if (s.kind == Activation::gelu_tanh)
+        HWY_DYNAMIC_DISPATCH(GeluForwardKeepingGradDispatch)(in_then_grad + begin, values, len);
+      else
+        HWY_DYNAMIC_DISPATCH(GeluErfForwardKeepingGradDispatch)(in_then_grad + begin, values, len);
+      to_bf16(values, out + begin, static_cast<size_t>(len));
+    }
+  });
+}
+
+void activation_backward_from_grad_bf16(ThreadContext& ctx, const ActivationShape& s,
+                                        const float* grad, const float* dout, bf16* din,
+                                        float* dbias) {
+  check(activation_keeps_grad(s.kind), "activation_backward_from_grad_bf16: {} keeps no derivative",
+        activation_name(s.kind));
+  // Fixed chunks of rows, each with its own column sums, added in chunk order: the same bits for
+  // any thread count. A row at a time: its products into an L1 buffer, summed there, rounded.
+  constexpr int64_t kRows = 64, kPiece = 1024;
+  const int64_t F = s.width, chunks = (s.rows + kRows - 1) / kRows;
+  std::vector<double> sums(dbias ? static_cast<size_t>(chunks * F) : 0, 0.0);
+  ctx.parallel_items(chunks, [&](int64_t chunk, int) {
+    alignas(64) float values[kPiece];
+    double* partial = dbias ? sums.data() + chunk * F : nullptr;
+    const int64_t r1 = std::min(s.rows, (chunk + 1) * kRows);
+    for (int64_t r = chunk * kRows; r < r1; ++r)
+      for (int64_t j = 0; j < F; j += kPiece) {
+        const int64_t at = r * F + j, len = std::min(kPiece, F - j);
+        if (partial)
+          HWY_DYNAMIC_DISPATCH(MulElementsAddSumsDispatch)
+          (grad + at, dout + at, values, partial + j, len);
+        else
+          HWY_DYNAMIC_DISPATCH(MulElementsDispatch)(grad + at, dout + at, values, len);
+        to_bf16(values, din + at, static_cast<size_t>(len));
+      }
+  });
+  if (dbias)
+    ctx.parallel_for(F, [&](Range cols, int) {
+      for (int64_t j = cols.begin; j < cols.end; ++j) {
+        double total = 0.0;
+        for (int64_t c = 0; c < chunks; ++c) total += sums[static_cast<size_t>(c * F + j)];
+        dbias[j] += static_cast<float>(total);
+      }
+    });
 }
 
 void activation_backward(ThreadContext& ctx, const ActivationShape& s, const float* in,

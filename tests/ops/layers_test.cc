@@ -8,9 +8,11 @@
 #include <string>
 #include <vector>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 #include "headlight/ops/layers.h"
+#include "headlight/ops/matmul.h"
 #include "test_util.h"
 
 namespace headlight::ops {
@@ -192,6 +194,59 @@ TEST_P(ActivationTest, KeepingTheDerivativeGivesTheSameBits) {
     activation_backward_from_grad(ctx, s, kept.data(), dy.data(), dx2.data());
     ASSERT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)));
     ASSERT_EQ(0, std::memcmp(dx.data(), dx2.data(), dx.size() * sizeof(float)));
+  }
+  force_isa("best");
+}
+
+// Mixed precision's passes give the same values rounded to bf16 (the forward's derivative, the
+// backward's gradient), on every target, and the backward adds the float32 gradient's column
+// sums to the bias gradient: the same bits for any thread count, within the double sums' last
+// bit of linear_backward's. The kinds that keep no derivative are refused by name.
+TEST_P(ActivationTest, MixedPrecisionPassesRoundTheSameValues) {
+  const Activation kind = GetParam();
+  const int64_t rows = 131, F = 77;  // several row chunks, a tail past the vector length
+  const ActivationShape s{.kind = kind, .rows = rows, .width = F};
+  ThreadContext ctx(2);
+  std::vector<float> x(rows * F), dy(rows * F);
+  for (int64_t i = 0; i < rows * F; ++i) {
+    x[i] = -9.0f + 18.0f * static_cast<float>((i * 7919) % (rows * F)) / (rows * F);
+    dy[i] = -1.0f + 0.002f * static_cast<float>(i % 1009);
+  }
+  std::vector<bf16> out16(rows * F);
+  if (!activation_keeps_grad(kind)) {
+    for (bool backward : {false, true}) {
+      try {
+        if (backward)
+          activation_backward_from_grad_bf16(ctx, s, x.data(), dy.data(), out16.data(), nullptr);
+        else
+          activation_forward_keeping_grad_bf16(ctx, s, x.data(), out16.data());
+        FAIL() << "no error for " << activation_name(kind);
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find(activation_name(kind)), std::string::npos) << e.what();
+      }
+    }
+    return;
+  }
+  for (const char* isa : {"best", "avx2", "scalar"}) {
+    SCOPED_TRACE(isa);
+    force_isa(isa);
+    std::vector<float> y(rows * F), kept = x, kept16 = x, dx(rows * F);
+    activation_forward_keeping_grad(ctx, s, kept.data(), y.data());
+    activation_forward_keeping_grad_bf16(ctx, s, kept16.data(), out16.data());
+    ASSERT_EQ(0, std::memcmp(kept.data(), kept16.data(), kept.size() * sizeof(float)));
+    for (int64_t i = 0; i < rows * F; ++i) ASSERT_EQ(to_bf16(y[i]).bits, out16[i].bits) << i;
+
+    activation_backward_from_grad(ctx, s, kept.data(), dy.data(), dx.data());
+    std::vector<float> bias_ref(F, 0.5f), bias(F, 0.5f), bias1(F, 0.5f);
+    linear_backward(ctx, {.rows = rows, .in_features = 1, .out_features = F}, nullptr, 1, nullptr,
+                    dx.data(), F, {nullptr, 0, nullptr, bias_ref.data(), true});
+    activation_backward_from_grad_bf16(ctx, s, kept.data(), dy.data(), out16.data(), bias.data());
+    for (int64_t i = 0; i < rows * F; ++i) ASSERT_EQ(to_bf16(dx[i]).bits, out16[i].bits) << i;
+    for (int64_t j = 0; j < F; ++j)
+      ASSERT_NEAR(bias[j], bias_ref[j], 1e-6 * std::max(1.0f, std::abs(bias_ref[j]))) << j;
+    ThreadContext one(1);
+    activation_backward_from_grad_bf16(one, s, kept.data(), dy.data(), out16.data(), bias1.data());
+    ASSERT_EQ(0, std::memcmp(bias.data(), bias1.data(), bias.size() * sizeof(float)));
   }
   force_isa("best");
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <string>
 
+#include "headlight/core/bf16.h"
 #include "headlight/core/thread_context.h"
 
 namespace headlight::ops {
@@ -71,6 +72,17 @@ void activation_forward_keeping_grad(ThreadContext& ctx, const ActivationShape& 
                                      float* in_then_grad, float* out);
 void activation_backward_from_grad(ThreadContext& ctx, const ActivationShape& s, const float* grad,
                                    const float* dout, float* din);
+// The same for mixed precision, where the next product reads its input rounded to bf16 anyway:
+// the forward writes out = act(in) rounded to bf16 only (as to_bf16 rounds activation_forward's
+// values), the backward din = grad ⊙ dout rounded to bf16 only, adding (when dbias is non-null)
+// din's float32 column sums to dbias (in double, over fixed chunks of rows added in order: the
+// same bits for any thread count). One pass each instead of writing float32 and reading it back
+// to round it (and, backward, again to sum it).
+void activation_forward_keeping_grad_bf16(ThreadContext& ctx, const ActivationShape& s,
+                                          float* in_then_grad, bf16* out);
+void activation_backward_from_grad_bf16(ThreadContext& ctx, const ActivationShape& s,
+                                        const float* grad, const float* dout, bf16* din,
+                                        float* dbias);
 
 // x[rows, dim] = wte[token[r], :] (+ pos[r % period, :] when pos is non-null: the positions of a
 // row are r mod `period`, i.e. rows are [batch, period]). Throws naming `tokens` on an id outside
