@@ -5,6 +5,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -156,42 +158,57 @@ TEST_P(ActivationTest, MatchesItsFormulaAndItsDerivative) {
     }
 }
 
+// A case of the tests of the passes that keep the derivative: the kind under test, rows × F,
+// x over [−9, 9] in a scrambled order, dy in [−1, 1), two threads.
+struct KeepingCase {
+  KeepingCase(Activation kind, int64_t rows, int64_t F)
+      : s{.kind = kind, .rows = rows, .width = F}, x(rows * F), dy(rows * F) {
+    const int64_t n = rows * F;
+    for (int64_t i = 0; i < n; ++i) {
+      x[i] = -9.0f + 18.0f * static_cast<float>((i * 7919) % n) / n;
+      dy[i] = -1.0f + 0.002f * static_cast<float>(i % 1009);
+    }
+  }
+  ActivationShape s;
+  std::vector<float> x, dy;
+  ThreadContext ctx{2};
+};
+
+// Each call throws an Error that names `kind` (a kind that keeps no derivative).
+void expect_refused_by_name(Activation kind, std::initializer_list<std::function<void()>> calls) {
+  for (const auto& call : calls) {
+    try {
+      call();
+      ADD_FAILURE() << "no error for " << activation_name(kind);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(activation_name(kind)), std::string::npos) << e.what();
+    }
+  }
+}
+
 // The training pass that keeps the derivative gives activation_forward's values and
 // activation_backward's gradients bit for bit (so training is the same with either), on every
 // target; the kinds that keep none are refused by name.
 TEST_P(ActivationTest, KeepingTheDerivativeGivesTheSameBits) {
   const Activation kind = GetParam();
   const int64_t rows = 5, F = 4099;  // several parallel blocks, a tail past the vector length
-  const ActivationShape s{.kind = kind, .rows = rows, .width = F};
-  ThreadContext ctx(2);
-  std::vector<float> x(rows * F), dy(rows * F);
-  for (int64_t i = 0; i < rows * F; ++i) {
-    x[i] = -9.0f + 18.0f * static_cast<float>((i * 7919) % (rows * F)) / (rows * F);
-    dy[i] = -1.0f + 0.002f * static_cast<float>(i % 1009);
-  }
+  KeepingCase c(kind, rows, F);
   if (!activation_keeps_grad(kind)) {
     std::vector<float> y(rows * F);
-    for (bool backward : {false, true}) {
-      try {
-        if (backward)
-          activation_backward_from_grad(ctx, s, x.data(), dy.data(), y.data());
-        else
-          activation_forward_keeping_grad(ctx, s, x.data(), y.data());
-        FAIL() << "no error for " << activation_name(kind);
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(activation_name(kind)), std::string::npos) << e.what();
-      }
-    }
+    expect_refused_by_name(
+        kind,
+        {[&] { activation_forward_keeping_grad(c.ctx, c.s, c.x.data(), y.data()); },
+         [&] { activation_backward_from_grad(c.ctx, c.s, c.x.data(), c.dy.data(), y.data()); }});
     return;
   }
   for (const char* isa : {"best", "avx2", "scalar"}) {
     SCOPED_TRACE(isa);
     force_isa(isa);
-    std::vector<float> y(rows * F), dx(rows * F), kept = x, y2(rows * F), dx2(rows * F);
-    activation_forward(ctx, s, x.data(), y.data());
-    activation_backward(ctx, s, x.data(), dy.data(), dx.data());
-    activation_forward_keeping_grad(ctx, s, kept.data(), y2.data());
-    activation_backward_from_grad(ctx, s, kept.data(), dy.data(), dx2.data());
+    std::vector<float> y(rows * F), dx(rows * F), kept = c.x, y2(rows * F), dx2(rows * F);
+    activation_forward(c.ctx, c.s, c.x.data(), y.data());
+    activation_backward(c.ctx, c.s, c.x.data(), c.dy.data(), dx.data());
+    activation_forward_keeping_grad(c.ctx, c.s, kept.data(), y2.data());
+    activation_backward_from_grad(c.ctx, c.s, kept.data(), c.dy.data(), dx2.data());
     ASSERT_EQ(0, std::memcmp(y.data(), y2.data(), y.size() * sizeof(float)));
     ASSERT_EQ(0, std::memcmp(dx.data(), dx2.data(), dx.size() * sizeof(float)));
   }
@@ -205,47 +222,38 @@ TEST_P(ActivationTest, KeepingTheDerivativeGivesTheSameBits) {
 TEST_P(ActivationTest, MixedPrecisionPassesRoundTheSameValues) {
   const Activation kind = GetParam();
   const int64_t rows = 131, F = 77;  // several row chunks, a tail past the vector length
-  const ActivationShape s{.kind = kind, .rows = rows, .width = F};
-  ThreadContext ctx(2);
-  std::vector<float> x(rows * F), dy(rows * F);
-  for (int64_t i = 0; i < rows * F; ++i) {
-    x[i] = -9.0f + 18.0f * static_cast<float>((i * 7919) % (rows * F)) / (rows * F);
-    dy[i] = -1.0f + 0.002f * static_cast<float>(i % 1009);
-  }
+  KeepingCase c(kind, rows, F);
   std::vector<bf16> out16(rows * F);
   if (!activation_keeps_grad(kind)) {
-    for (bool backward : {false, true}) {
-      try {
-        if (backward)
-          activation_backward_from_grad_bf16(ctx, s, x.data(), dy.data(), out16.data(), nullptr);
-        else
-          activation_forward_keeping_grad_bf16(ctx, s, x.data(), out16.data());
-        FAIL() << "no error for " << activation_name(kind);
-      } catch (const Error& e) {
-        EXPECT_NE(std::string(e.what()).find(activation_name(kind)), std::string::npos) << e.what();
-      }
-    }
+    expect_refused_by_name(
+        kind, {[&] { activation_forward_keeping_grad_bf16(c.ctx, c.s, c.x.data(), out16.data()); },
+               [&] {
+                 activation_backward_from_grad_bf16(c.ctx, c.s, c.x.data(), c.dy.data(),
+                                                    out16.data(), nullptr);
+               }});
     return;
   }
   for (const char* isa : {"best", "avx2", "scalar"}) {
     SCOPED_TRACE(isa);
     force_isa(isa);
-    std::vector<float> y(rows * F), kept = x, kept16 = x, dx(rows * F);
-    activation_forward_keeping_grad(ctx, s, kept.data(), y.data());
-    activation_forward_keeping_grad_bf16(ctx, s, kept16.data(), out16.data());
+    std::vector<float> y(rows * F), kept = c.x, kept16 = c.x, dx(rows * F);
+    activation_forward_keeping_grad(c.ctx, c.s, kept.data(), y.data());
+    activation_forward_keeping_grad_bf16(c.ctx, c.s, kept16.data(), out16.data());
     ASSERT_EQ(0, std::memcmp(kept.data(), kept16.data(), kept.size() * sizeof(float)));
     for (int64_t i = 0; i < rows * F; ++i) ASSERT_EQ(to_bf16(y[i]).bits, out16[i].bits) << i;
 
-    activation_backward_from_grad(ctx, s, kept.data(), dy.data(), dx.data());
+    activation_backward_from_grad(c.ctx, c.s, kept.data(), c.dy.data(), dx.data());
     std::vector<float> bias_ref(F, 0.5f), bias(F, 0.5f), bias1(F, 0.5f);
-    linear_backward(ctx, {.rows = rows, .in_features = 1, .out_features = F}, nullptr, 1, nullptr,
+    linear_backward(c.ctx, {.rows = rows, .in_features = 1, .out_features = F}, nullptr, 1, nullptr,
                     dx.data(), F, {nullptr, 0, nullptr, bias_ref.data(), true});
-    activation_backward_from_grad_bf16(ctx, s, kept.data(), dy.data(), out16.data(), bias.data());
+    activation_backward_from_grad_bf16(c.ctx, c.s, kept.data(), c.dy.data(), out16.data(),
+                                       bias.data());
     for (int64_t i = 0; i < rows * F; ++i) ASSERT_EQ(to_bf16(dx[i]).bits, out16[i].bits) << i;
     for (int64_t j = 0; j < F; ++j)
       ASSERT_NEAR(bias[j], bias_ref[j], 1e-6 * std::max(1.0f, std::abs(bias_ref[j]))) << j;
     ThreadContext one(1);
-    activation_backward_from_grad_bf16(one, s, kept.data(), dy.data(), out16.data(), bias1.data());
+    activation_backward_from_grad_bf16(one, c.s, kept.data(), c.dy.data(), out16.data(),
+                                       bias1.data());
     ASSERT_EQ(0, std::memcmp(bias.data(), bias1.data(), bias.size() * sizeof(float)));
   }
   force_isa("best");
