@@ -76,9 +76,11 @@ attention::AttentionParams segment_attention(const GPTConfig& c, const Dims& d, 
 // Appends the keys and values of qkv (one sequence of d.T rows at positions pos0…) to a layer's
 // cache [positions, G, hd] (grown as needed, up to block_size positions) and points p's keys and
 // values at the cache (bottom-right aligned).
-// bf16 products: attention in bf16 too when every segment has at least this many rows (SmolLM2
-// at 2,048 tokens: 1.13 s against 1.54 with fp32 attention; even at 512; slower at 128).
-constexpr int64_t kBf16AttentionRows = 512;
+// bf16 products: attention in bf16 too when every segment has at least this many rows. The bf16
+// kernels' forward is faster from 32 rows up (SmolLM2's 9 heads over 3, D = 64, causal: 0.072
+// against 0.12 ms at 128, 0.40 against 1.23 at 512), their backward from 128 (the training
+// benchmark's 16 × 4 heads, D = 32: 1.0 against 1.35 ms at 128; 0.27 against 0.19 at 32).
+constexpr int64_t kBf16AttentionRows = 128;
 bool bf16_attention(const GPT::State& s);
 
 // bf16 attention: q, k and v of p, which point into `qkv`, pointed instead at the same elements

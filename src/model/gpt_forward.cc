@@ -392,10 +392,11 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       }
     float* att = a.att.get(d.rows * d.H * d.hd);
     float* lse = a.lse.get(d.rows * d.H);
-    // bf16 products, long sequences: attention on qkv rounded to bf16 (kept for the backward).
-    // Short ones keep fp32 attention: the bf16 kernels' per-call costs (packing pair words, whole
-    // 16-row tiles) outweigh their faster products below kBf16AttentionRows. Decoding in bf16
-    // always: the KV cache is kept in bf16 (half the memory and the bytes each step reads).
+    // bf16 products, sequences of kBf16AttentionRows or more: attention on qkv rounded to bf16
+    // (kept for the backward). Shorter ones keep fp32 attention: there the bf16 kernels' per-call
+    // costs (packing pair words, whole 16-row tiles) outweigh their faster products, the
+    // backward's first. Decoding in bf16 always: the KV cache is kept in bf16 (half the memory and
+    // the bytes each step reads).
     const bf16* qkv16 = nullptr;
     if (P16 && (cached || detail::bf16_attention(s))) {
       Tensor& t = s.blocks[static_cast<size_t>(l)].qkv16;

@@ -143,6 +143,10 @@ HEADLIGHT_AMX_TARGET void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t
       for (size_t x = 0; x < width; x += 16)
         _mm512_storeu_ps(o + r * ldo + x, _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + x), a));
     }
+  // The scaling left the upper halves of the vector registers dirty, and the product below (a
+  // tail call the compiler would make) touches none, so nothing else would clear them: without
+  // this the caller's SSE code (the per-row epilogue, libm's log) ran at a fraction of its speed.
+  _mm256_zeroupper();
   // A step is 32 keys of each probability row (64 bytes).
   Product<true>(p, ldp * sizeof(bf16), rows, v, ldv, pairs / 16, 64, width, o, ldo);
 }
