@@ -108,16 +108,24 @@ int64_t chunks(int64_t rows) {
   return (rows + kChunkRows - 1) / kChunkRows;
 }
 
-// Adds partial[nchunks, cols] in chunk order into out[cols].
-void add_partials(ThreadContext& ctx, const float* partial, int64_t nchunks, int64_t cols,
-                  float* out) {
+// Adds partial[nchunks, cols] in chunk order into out[cols] (the sums in T, float or double).
+template <class T>
+void add_partials(ThreadContext& ctx, const T* partial, int64_t nchunks, int64_t cols, float* out) {
   ctx.parallel_for(cols, [&](Range r, int) {
     for (int64_t c = r.begin; c < r.end; ++c) {
-      float acc = 0.0f;
+      T acc = 0;
       for (int64_t k = 0; k < nchunks; ++k) acc += partial[k * cols + c];
-      out[c] += acc;
+      out[c] += static_cast<float>(acc);
     }
   });
+}
+
+// A GELU kind's value into y and, in place of x, its derivative (activation_keeps_grad kinds).
+void keep_grad_run(Activation kind, float* x_then_grad, float* y, int64_t n) {
+  if (kind == Activation::gelu_tanh)
+    HWY_DYNAMIC_DISPATCH(GeluForwardKeepingGradDispatch)(x_then_grad, y, n);
+  else
+    HWY_DYNAMIC_DISPATCH(GeluErfForwardKeepingGradDispatch)(x_then_grad, y, n);
 }
 
 }  // namespace
@@ -216,11 +224,7 @@ void activation_forward_keeping_grad(ThreadContext& ctx, const ActivationShape& 
   const int64_t n = s.rows * s.width;
   ctx.parallel_items((n + kElementBlock - 1) / kElementBlock, [&](int64_t b, int) {
     const int64_t begin = b * kElementBlock, len = std::min(kElementBlock, n - begin);
-    if (s.kind == Activation::gelu_tanh)
-      HWY_DYNAMIC_DISPATCH(GeluForwardKeepingGradDispatch)(in_then_grad + begin, out + begin, len);
-    else
-      HWY_DYNAMIC_DISPATCH(GeluErfForwardKeepingGradDispatch)
-    (in_then_grad + begin, out + begin, len);
+    keep_grad_run(s.kind, in_then_grad + begin, out + begin, len);
   });
 }
 
@@ -248,10 +252,7 @@ void activation_forward_keeping_grad_bf16(ThreadContext& ctx, const ActivationSh
     const int64_t end = std::min(n, (b + 1) * kElementBlock);
     for (int64_t begin = b * kElementBlock; begin < end; begin += kPiece) {
       const int64_t len = std::min(kPiece, end - begin);
-      if (s.kind == Activation::gelu_tanh)
-        HWY_DYNAMIC_DISPATCH(GeluForwardKeepingGradDispatch)(in_then_grad + begin, values, len);
-      else
-        HWY_DYNAMIC_DISPATCH(GeluErfForwardKeepingGradDispatch)(in_then_grad + begin, values, len);
+      keep_grad_run(s.kind, in_then_grad + begin, values, len);
       to_bf16(values, out + begin, static_cast<size_t>(len));
     }
   });
@@ -262,34 +263,32 @@ void activation_backward_from_grad_bf16(ThreadContext& ctx, const ActivationShap
                                         float* dbias) {
   check(activation_keeps_grad(s.kind), "activation_backward_from_grad_bf16: {} keeps no derivative",
         activation_name(s.kind));
-  // Fixed chunks of rows, each with its own column sums, added in chunk order: the same bits for
-  // any thread count. A row at a time: its products into an L1 buffer, summed there, rounded.
-  constexpr int64_t kRows = 64, kPiece = 1024;
-  const int64_t F = s.width, chunks = (s.rows + kRows - 1) / kRows;
-  std::vector<double> sums(dbias ? static_cast<size_t>(chunks * F) : 0, 0.0);
-  ctx.parallel_items(chunks, [&](int64_t chunk, int) {
+  // Fixed chunks of rows, each with its own column sums (in double, as linear_backward's bias
+  // gradient sums), added in chunk order: the same bits for any thread count. A row at a time:
+  // its products into an L1 buffer, summed there, rounded.
+  constexpr int64_t kPiece = 1024;
+  const int64_t F = s.width, n = chunks(s.rows);
+  // partial[n, F] doubles, in the shared scratch (two floats each, 64-byte aligned).
+  auto* partial =
+      dbias ? reinterpret_cast<double*>(ctx.shared_scratch().floats(static_cast<size_t>(2 * n * F)))
+            : nullptr;
+  ctx.parallel_items(n, [&](int64_t chunk, int) {
     alignas(64) float values[kPiece];
-    double* partial = dbias ? sums.data() + chunk * F : nullptr;
-    const int64_t r1 = std::min(s.rows, (chunk + 1) * kRows);
-    for (int64_t r = chunk * kRows; r < r1; ++r)
+    double* sums = partial ? partial + chunk * F : nullptr;
+    if (sums) std::fill(sums, sums + F, 0.0);
+    const int64_t end = std::min(s.rows, (chunk + 1) * kChunkRows);
+    for (int64_t r = chunk * kChunkRows; r < end; ++r)
       for (int64_t j = 0; j < F; j += kPiece) {
         const int64_t at = r * F + j, len = std::min(kPiece, F - j);
-        if (partial)
+        if (sums)
           HWY_DYNAMIC_DISPATCH(MulElementsAddSumsDispatch)
-          (grad + at, dout + at, values, partial + j, len);
+          (grad + at, dout + at, values, sums + j, len);
         else
           HWY_DYNAMIC_DISPATCH(MulElementsDispatch)(grad + at, dout + at, values, len);
         to_bf16(values, din + at, static_cast<size_t>(len));
       }
   });
-  if (dbias)
-    ctx.parallel_for(F, [&](Range cols, int) {
-      for (int64_t j = cols.begin; j < cols.end; ++j) {
-        double total = 0.0;
-        for (int64_t c = 0; c < chunks; ++c) total += sums[static_cast<size_t>(c * F + j)];
-        dbias[j] += static_cast<float>(total);
-      }
-    });
+  if (dbias) add_partials(ctx, partial, n, F, dbias);
 }
 
 void activation_backward(ThreadContext& ctx, const ActivationShape& s, const float* in,
