@@ -10,6 +10,7 @@ loss and the weights follow the one-process run on the whole batch. Writes the p
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -69,6 +70,7 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=30)
     args = ap.parse_args()
+    faulthandler.enable(all_threads=True)  # a crash prints every thread's Python stack
     torch.set_num_threads(1)
     distributed = "RANK" in os.environ
     rank, world = 0, 1
@@ -108,6 +110,7 @@ def main():
         json.dump(result, f)
     if distributed:
         dist.destroy_process_group()
+    print(f"rank {rank}: results written, process group destroyed", flush=True)
     return 0
 
 

@@ -21,17 +21,31 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run(cmd, tmp_path):
+def run(cmd, tmp_path, ranks=1):
+    """Runs cmd (one process, or torchrun's `ranks` processes) and asserts that it succeeded.
+
+    Once in a CI run, one of the two ranks aborted in C++ ("terminate called without an active
+    exception", no Python error) and it has not recurred in 140 runs here, 4 at a time. If every
+    rank finished its work (each prints a line after destroying its process group), an abort in
+    the interpreter's teardown is torch's and gloo's, not a training failure: the launch is
+    repeated once and must succeed then. A failure before that point fails at once."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)  # the build tree's package
-    proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for attempt in (1, 2):
+        proc = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True,
+                              timeout=600)
+        output = proc.stdout[-3000:] + proc.stderr[-3000:]
+        if proc.returncode == 0:
+            return
+        finished = proc.stdout.count("results written, process group destroyed") == ranks
+        assert finished and attempt == 1, f"attempt {attempt}:\n{output}"
+        print(f"every rank finished, then the launch failed in teardown; repeating:\n{output}")
 
 
 def test_ddp_on_two_ranks_equals_one_process_on_the_whole_batch(tmp_path):
     torchrun = Path(sys.executable).parent / "torchrun"
     run([str(torchrun), "--nnodes", "1", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(free_port()), str(SCRIPT), "--out", "ddp.json"], tmp_path)
+         "--master_port", str(free_port()), str(SCRIPT), "--out", "ddp.json"], tmp_path, ranks=2)
     run([sys.executable, str(SCRIPT), "--out", "one.json"], tmp_path)
     ranks = [json.loads((tmp_path / f"ddp.json.{r}").read_text()) for r in (0, 1)]
     one = json.loads((tmp_path / "one.json.0").read_text())
