@@ -11,6 +11,7 @@ loss and the weights follow the one-process run on the whole batch. Writes the p
 
 import argparse
 import faulthandler
+import gc
 import json
 import os
 import sys
@@ -109,6 +110,10 @@ def main():
     with open(f"{args.out}.{rank}", "w") as f:
         json.dump(result, f)
     if distributed:
+        # DDP's reducer and any work it holds are released while the interpreter is whole (gloo's
+        # threads releasing tensors during interpreter shutdown can abort the process).
+        del net, opt
+        gc.collect()
         dist.destroy_process_group()
     print(f"rank {rank}: results written, process group destroyed", flush=True)
     return 0
