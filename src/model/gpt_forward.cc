@@ -306,21 +306,39 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     if (keep->numel() < n) *keep = Tensor(DType::bf16, {n});
     return keep->data<bf16>();
   };
+  // y = x·Wᵀ + b; with bf16 products x is rounded first, unless its rounded copy is given (x16:
+  // written there by its producer, x itself left unwritten).
   auto linear = [&](const ops::LinearShape& sh, const float* x, int64_t ldx, int64_t w_off,
                     const float* bias, float* y, int64_t ldy,
-                    std::optional<ops::Activation> act = std::nullopt) {
+                    std::optional<ops::Activation> act = std::nullopt, const bf16* x16 = nullptr) {
     if (!P16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
-    bf16* x16 = rounded_slot(x, sh.rows * sh.in_features);
-    ctx.parallel_for(sh.rows, [&](Range rows, int) {
-      for (int64_t r = rows.begin; r < rows.end; ++r)
-        to_bf16(x + r * ldx, x16 + r * sh.in_features, static_cast<size_t>(sh.in_features));
-    });
+    if (!x16) {
+      bf16* slot = rounded_slot(x, sh.rows * sh.in_features);
+      ctx.parallel_for(sh.rows, [&](Range rows, int) {
+        for (int64_t r = rows.begin; r < rows.end; ++r)
+          to_bf16(x + r * ldx, slot + r * sh.in_features, static_cast<size_t>(sh.in_features));
+      });
+      x16 = slot;
+    }
     ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y, ldy, act);
   };
   const bool drop = options.train && c.dropout > 0.0f;
   const ops::NormKind nk =
       c.norm == Norm::layernorm ? ops::NormKind::layer_norm : ops::NormKind::rms_norm;
   const ops::NormShape ns{.kind = nk, .rows = d.rows, .cols = d.C, .eps = c.norm_eps};
+  // A pre-norm block's norm, whose output only feeds a product: with bf16 products it is written
+  // only rounded, into the rounded slot its float32 buffer y names (y stays unwritten). Returns
+  // the rounded rows, or null when y holds the output.
+  auto norm_into_product = [&](const float* x, int64_t w_off, const float* bias, float* y,
+                               float* mean, float* rstd) -> const bf16* {
+    if (!P16) {
+      ops::norm_forward(ctx, ns, x, P + w_off, bias, y, mean, rstd);
+      return nullptr;
+    }
+    bf16* y16 = rounded_slot(y, d.rows * d.C);
+    ops::norm_forward_bf16(ctx, ns, x, P + w_off, bias, y16, mean, rstd);
+    return y16;
+  };
   s.batch = batch;
   s.seq = seq;
   s.rounded_used = 0;
@@ -376,14 +394,15 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
 
     // Attention branch.
     const float* a_in = x;
+    const bf16* a_in16 = nullptr;
     if (c.norm_first) {
-      ops::norm_forward(ctx, ns, x, P + o.ln1_w, maybe(P, o.ln1_b), a.ln1.get(d.rows * d.C),
-                        a.ln1_mean.get(d.rows), a.ln1_rstd.get(d.rows));
-      a_in = a.ln1.ptr();
+      a_in = a.ln1.get(d.rows * d.C);
+      a_in16 = norm_into_product(x, o.ln1_w, maybe(P, o.ln1_b), a.ln1.ptr(), a.ln1_mean.get(d.rows),
+                                 a.ln1_rstd.get(d.rows));
     }
     float* qkv = s.blocks[static_cast<size_t>(l)].qkv.get(d.rows * d.W);
     linear({.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in, d.C, o.attn_w,
-           maybe(P, o.attn_b), qkv, d.W);
+           maybe(P, o.attn_b), qkv, d.W, std::nullopt, a_in16);
     if (c.positional == Positional::rope)
       for (const Segment& g : s.segments) {
         float* q = qkv + g.row0 * d.W;
@@ -441,10 +460,11 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
 
     // MLP branch.
     const float* m_in;
+    const bf16* m_in16 = nullptr;  // pre-norm with bf16 products: ln_2's rows, rounded
     if (c.norm_first) {
-      ops::norm_forward(ctx, ns, h, P + o.ln2_w, maybe(P, o.ln2_b), a.ln2.get(d.rows * d.C),
-                        a.ln2_mean.get(d.rows), a.ln2_rstd.get(d.rows));
-      m_in = a.ln2.ptr();
+      m_in = a.ln2.get(d.rows * d.C);
+      m_in16 = norm_into_product(h, o.ln2_w, maybe(P, o.ln2_b), a.ln2.ptr(), a.ln2_mean.get(d.rows),
+                                 a.ln2_rstd.get(d.rows));
     } else {
       ops::norm_forward(ctx, ns, h, P + o.ln1_w, maybe(P, o.ln1_b), a.ln1.get(d.rows * d.C),
                         a.ln1_mean.get(d.rows), a.ln1_rstd.get(d.rows));
@@ -461,7 +481,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     if (keep_grad && P16) {
       // Mixed precision: the value is only written rounded to bf16, where the down product and
       // the backward's weight gradient read it (gel itself stays unwritten: it names the copy).
-      linear(up, m_in, d.C, o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
+      linear(up, m_in, d.C, o.fc_w, maybe(P, o.fc_b), fc, d.Fi, std::nullopt, m_in16);
       bf16* gel16 = rounded_slot(gel, d.rows * d.F);
       ops::activation_forward_keeping_grad_bf16(ctx, as, fc, gel16);
       ops::linear_forward_bf16(ctx, down, gel16, d.F, P16 + o.fc_proj_w, maybe(P, o.fc_proj_b),
@@ -469,9 +489,9 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     } else {
       if (s.inference && c.activation != ops::Activation::swiglu) {
         linear({.rows = d.rows, .in_features = d.C, .out_features = d.F}, m_in, d.C, o.fc_w,
-               maybe(P, o.fc_b), gel, d.F, c.activation);
+               maybe(P, o.fc_b), gel, d.F, c.activation, m_in16);
       } else {
-        linear(up, m_in, d.C, o.fc_w, maybe(P, o.fc_b), fc, d.Fi);
+        linear(up, m_in, d.C, o.fc_w, maybe(P, o.fc_b), fc, d.Fi, std::nullopt, m_in16);
         if (keep_grad)
           ops::activation_forward_keeping_grad(ctx, as, fc, gel);
         else

@@ -37,7 +37,9 @@ using Buffer = BasicBuffer<float>;
 
 // Saved by the forward for one block, rows = B·T.
 struct BlockActivations {
-  Buffer ln1, ln1_mean, ln1_rstd;  // [rows, C], [rows], [rows]
+  // [rows, C], [rows], [rows]; pre-norm with bf16 products, ln1 (and ln2) is never written: it
+  // names its rows' rounded copy (State::rounded), which the norm writes directly.
+  Buffer ln1, ln1_mean, ln1_rstd;
   Buffer qkv;                      // [rows, (H + 2G)·hd], q and k after RoPE
   Tensor qkv16;                    // bf16 products (not decoding): qkv rounded, for attention
   Buffer att;                      // [rows, H·hd] attention output before the gates

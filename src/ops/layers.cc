@@ -143,6 +143,21 @@ void norm_forward(ThreadContext& ctx, const NormShape& s, const float* x, const 
   });
 }
 
+void norm_forward_bf16(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
+                       const float* bias, bf16* y, float* mean, float* rstd) {
+  const bool center = s.kind == NormKind::layer_norm;
+  ctx.parallel_for(s.rows, [&](Range range, int worker) {
+    float* row = ctx.scratch(worker).floats(static_cast<size_t>(s.cols));  // [cols], in L1
+    for (int64_t r = range.begin; r < range.end; ++r) {
+      float m;
+      rstd[r] = HWY_DYNAMIC_DISPATCH(NormRowDispatch)(x + r * s.cols, weight, bias, row, s.cols,
+                                                      center, s.eps, &m);
+      if (mean) mean[r] = m;
+      to_bf16(row, y + r * s.cols, static_cast<size_t>(s.cols));
+    }
+  });
+}
+
 void norm_backward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
                    const float* mean, const float* rstd, const float* dy, const NormGrads& g) {
   const bool center = s.kind == NormKind::layer_norm;
@@ -280,11 +295,12 @@ void activation_backward_from_grad_bf16(ThreadContext& ctx, const ActivationShap
     for (int64_t r = chunk * kChunkRows; r < end; ++r)
       for (int64_t j = 0; j < F; j += kPiece) {
         const int64_t at = r * F + j, len = std::min(kPiece, F - j);
-        if (sums)
+        if (sums) {
           HWY_DYNAMIC_DISPATCH(MulElementsAddSumsDispatch)
           (grad + at, dout + at, values, sums + j, len);
-        else
+        } else {
           HWY_DYNAMIC_DISPATCH(MulElementsDispatch)(grad + at, dout + at, values, len);
+        }
         to_bf16(values, din + at, static_cast<size_t>(len));
       }
   });

@@ -109,6 +109,37 @@ TEST_P(NormTest, ForwardAndBackwardMatchDoubleAndFiniteDifferences) {
   EXPECT_EQ(dw, dw1);
 }
 
+TEST_P(NormTest, Bf16OutputIsTheRoundedFloat32Output) {
+  // norm_forward_bf16 writes the bits of to_bf16 applied to norm_forward's output, and the same
+  // statistics, on every target (odd widths: a tail past the vector length; values scaled to
+  // reach bf16's rounding ties and, in one row, denormal outputs).
+  const NormKind kind = GetParam();
+  const float* none = nullptr;
+  for (int64_t cols : {1, 45, 200}) {
+    const int64_t rows = 29;
+    Tensor x = random_tensor({rows, cols}, 5), w = random_tensor({cols}, 6),
+           b = random_tensor({cols}, 7);
+    for (int64_t c = 0; c < cols; ++c) w.data()[c] *= c % 7 == 0 ? 1e-39f : 3.0f;
+    const float* bias = kind == NormKind::layer_norm ? b.data() : none;
+    const NormShape s{kind, rows, cols};
+    for (const char* isa : {"best", "avx2", "scalar"}) {
+      SCOPED_TRACE(::testing::Message() << isa << " cols " << cols);
+      force_isa(isa);
+      ThreadContext ctx(2);
+      std::vector<float> y(rows * cols), mean(rows), rstd(rows), mean16(rows), rstd16(rows);
+      std::vector<bf16> y16(rows * cols);
+      norm_forward(ctx, s, x.data(), w.data(), bias, y.data(), mean.data(), rstd.data());
+      norm_forward_bf16(ctx, s, x.data(), w.data(), bias, y16.data(), mean16.data(), rstd16.data());
+      for (int64_t i = 0; i < rows * cols; ++i) ASSERT_EQ(to_bf16(y[i]).bits, y16[i].bits) << i;
+      ASSERT_EQ(rstd, rstd16);
+      if (kind == NormKind::layer_norm) {
+        ASSERT_EQ(mean, mean16);
+      }
+    }
+  }
+  force_isa("best");
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, NormTest,
                          ::testing::Values(NormKind::layer_norm, NormKind::rms_norm));
 

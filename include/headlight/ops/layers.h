@@ -31,6 +31,11 @@ struct NormShape {
 // y[rows, cols]; saves mean[rows] (layer norm) and rstd[rows] for the backward.
 void norm_forward(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
                   const float* bias, float* y, float* mean, float* rstd);
+// norm_forward whose output is written only rounded to bf16 (the bits of to_bf16 applied to
+// norm_forward's y): for an output that only feeds bf16 products, without writing and reading
+// back the float32 rows.
+void norm_forward_bf16(ThreadContext& ctx, const NormShape& s, const float* x, const float* weight,
+                       const float* bias, bf16* y, float* mean, float* rstd);
 
 // dx[rows, cols] (+= when accumulate), dweight[cols] += , dbias[cols] += (null to skip).
 struct NormGrads {
