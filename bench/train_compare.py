@@ -180,6 +180,13 @@ def main():
     for name, values in rows.items():
         med = statistics.median(values)
         print(f"| {name} | {med:,.0f} | {base / med:.2f}× |")
+    if args.bf16:  # the two ratios, each the median of same-round ratios (drift cancels)
+        mixed = rows["headlight --dtype bf16 (mixed precision)"]
+        print()
+        for name in ("headlight", "PyTorch eager, bf16 autocast"):
+            each = [m / v for m, v in zip(mixed, rows[name])]
+            print(f"headlight --dtype bf16 ÷ {name}: {statistics.median(each):.2f}× (median of "
+                  f"same-round ratios; rounds {min(each):.2f}–{max(each):.2f})")
     products, attention = step_flops()
     peak = max(peaks)
     floor_s = (products + attention) / (peak * 1e9)
