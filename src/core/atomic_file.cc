@@ -21,7 +21,10 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   check(!path_.empty(), "output path: empty");
   check(!fs::is_directory(target, ec), "{}: is a folder, not a file to write", path_);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  tmp_ = (dir / ("." + target.filename().string() + ".tmp.XXXXXX")).string();
+  std::string name = ".";  // (built by appends: GCC 12 warns falsely on "." + string)
+  name += target.filename().string();
+  name += ".tmp.XXXXXX";
+  tmp_ = (dir / name).string();
   const int fd = ::mkstemp(tmp_.data());
   check(fd >= 0, "{}: cannot create a temporary file in {} ({})", path_, dir.string(),
         std::strerror(errno));

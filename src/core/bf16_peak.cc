@@ -20,6 +20,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+// GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
+// operand, which -W(maybe-)uninitialized reports wherever they are inlined: silenced for this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace headlight {
 
 namespace {

@@ -19,6 +19,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+// GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
+// operand, which -W(maybe-)uninitialized reports wherever they are inlined: silenced for this file.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #define HEADLIGHT_AMX_TARGET \
   __attribute__((target("amx-tile,amx-bf16,avx512f,avx512dq,avx512bw,avx512vl,avx512bf16")))
 
