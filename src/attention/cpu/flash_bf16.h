@@ -46,6 +46,12 @@ void qk_tile_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt
 void pv_tile_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v,
                   size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols, bf16* dst, size_t ldd);
+// The online softmax of both bf16 engines, AMX's and vdpbf16ps's (flash_kernels.h's softmax_rows
+// with SoftmaxExtras{.scale, .pb} and no statistics; the same m, l [rows, 16] and α), on AVX-512
+// with vreduceps, vscalefps and vcvtne2ps2bf16: about half the instructions of the portable loop.
+// cols a multiple of 16. Needs AVX-512 BF16, which every CPU with AMX has.
+void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
+                  float scale, bf16* pb, size_t ldpb);
 }  // namespace native
 
 // The AMX tiles (flash_bf16_amx.cc): rows a multiple of 16, pairs a multiple of 16 (32 elements
@@ -67,11 +73,6 @@ void product(const bf16* a, size_t lda, size_t rows, const uint32_t* b, size_t l
 // (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.
 void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad, size_t cols, uint32_t* dst,
                size_t ld);
-// The online softmax of the AMX path (flash_kernels.h's softmax_rows with SoftmaxExtras{.scale,
-// .pb} and no statistics; the same m, l [rows, 16] and α), on AVX-512 with vscalefps and
-// vcvtne2ps2bf16: about half the instructions of the portable loop.
-void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
-                  float scale, bf16* pb, size_t ldpb);
 }  // namespace amx
 
 }  // namespace headlight::attention::cpu::kernels

@@ -156,115 +156,6 @@ HEADLIGHT_AMX_TARGET void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t
   Product<true>(p, ldp * sizeof(bf16), rows, v, ldv, pairs / 16, 64, width, o, ldo);
 }
 
-// 2^t for t ≤ 0 (t may be −inf, NaN propagates), in seven instructions: t = n + f with n = ⌊t⌋
-// and f = t − n ∈ [0, 1) (vreduceps, rounding down), 2^f from a degree-4 polynomial, and 2^n
-// applied by vscalefps, which scales by 2^⌊t⌋ itself, so n is never formed. The polynomial is
-// exact at both ends (2^0 = 1, 2^1 = 2: a row's maximum weighs exactly 1, also when rounding puts
-// t a hair below 0) with relative error < 3.5·10⁻⁶ between (fitted on [0, 1), float arithmetic):
-// the weights are rounded to bf16 for P·V (half-ulp 2·10⁻³), and the log-sum-exp, from the fp32
-// sums, stays within 10⁻⁵. Below −126 (and for −inf: masked keys) the result is exactly 0: those
-// lanes are zeroed by the scalef's mask rather than computed, because a denormal result (and the
-// sums of denormals after it) costs a microcode assist of a hundred cycles or more; from −126 up
-// the result is a normal number.
-HEADLIGHT_AMX_TARGET inline __m512 Exp2(__m512 t) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // or NaN
-  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);
-  __m512 p = _mm512_set1_ps(1.35557475e-2f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.20323701e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.41379768e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93032146e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(keep, p, t);
-}
-
-HEADLIGHT_AMX_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
-                                       float* l, float* alpha, float scale, bf16* pb, size_t ldpb) {
-  constexpr float kLog2e = 1.44269504088896341f;
-  constexpr size_t kMaxRows = 256;
-  const float ninf = -__builtin_inff(), qnan = __builtin_nanf("");
-  alignas(64) float tile_max[kMaxRows + 16], m_new[kMaxRows + 16];
-  // A: per row, the tile maximum (scaled) and whether a NaN is present (one unordered compare
-  // checks two vectors).
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = s + r * lds;
-    __m512 vmax0 = _mm512_set1_ps(ninf), vmax1 = vmax0;
-    __mmask16 nan = 0;
-    size_t c = 0;
-    for (; c + 32 <= cols; c += 32) {
-      const __m512 x0 = _mm512_loadu_ps(row + c), x1 = _mm512_loadu_ps(row + c + 16);
-      vmax0 = _mm512_max_ps(vmax0, x0);
-      vmax1 = _mm512_max_ps(vmax1, x1);
-      nan |= _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q);
-    }
-    if (c < cols) {
-      const __m512 x = _mm512_loadu_ps(row + c);
-      vmax0 = _mm512_max_ps(vmax0, x);
-      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    }
-    tile_max[r] = nan ? qnan : _mm512_reduce_max_ps(_mm512_max_ps(vmax0, vmax1)) * scale;
-  }
-  // B: 16 rows at a time, the new maxima and α = 2^(m·log2 e − m'·log2 e) (the products rounded
-  // as in C); a NaN in either makes both NaN, and α = 1 while no key is allowed.
-  for (size_t r = rows; r < (rows + 15) / 16 * 16; ++r) tile_max[r] = ninf;
-  const __m512 l2e = _mm512_set1_ps(kLog2e), vninf = _mm512_set1_ps(ninf);
-  for (size_t r = 0; r < rows; r += 16) {
-    const __mmask16 valid =
-        rows - r >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (rows - r)) - 1);
-    const __m512 mo = _mm512_mask_loadu_ps(vninf, valid, m + r);
-    const __m512 tm = _mm512_load_ps(tile_max + r);
-    const __mmask16 is_nan = _mm512_cmp_ps_mask(mo, tm, _CMP_UNORD_Q);
-    const __m512 mn = _mm512_mask_blend_ps(is_nan, _mm512_max_ps(mo, tm), _mm512_set1_ps(qnan));
-    __m512 al = Exp2(_mm512_sub_ps(_mm512_mul_ps(mo, l2e), _mm512_mul_ps(mn, l2e)));
-    al = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, vninf, _CMP_EQ_OQ), al, _mm512_set1_ps(1.0f));
-    al = _mm512_mask_blend_ps(is_nan, al, _mm512_set1_ps(qnan));
-    _mm512_mask_storeu_ps(m + r, valid, mn);
-    _mm512_mask_storeu_ps(alpha + r, valid, al);
-    _mm512_store_ps(m_new + r, mn);
-  }
-  // C: P = 2^(s·scale·log2 e − m'·log2 e), its running sum per lane, and P rounded to bf16; four
-  // vectors per step, so that four exponentials' dependency chains overlap.
-  const __m512 vc = _mm512_set1_ps(scale * kLog2e);
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = s + r * lds;
-    const float mn = m_new[r];
-    auto* out = reinterpret_cast<char*>(pb + r * ldpb);
-    float* lr = l + r * 16;
-    if (mn == ninf) {  // no allowed key yet: P = 0, and the sums stay (α = 1)
-      for (size_t c = 0; c < cols; c += 16)
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), _mm256_setzero_si256());
-      continue;
-    }
-    const __m512 vml = _mm512_set1_ps(mn * kLog2e);
-    auto p_at = [&](size_t c) HEADLIGHT_AMX_TARGET {
-      return Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
-    };
-    __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, sum2 = sum0, sum3 = sum0;
-    size_t c = 0;
-    for (; c + 64 <= cols; c += 64) {
-      const __m512 p0 = p_at(c), p1 = p_at(c + 16), p2 = p_at(c + 32), p3 = p_at(c + 48);
-      sum0 = _mm512_add_ps(sum0, p0);
-      sum1 = _mm512_add_ps(sum1, p1);
-      sum2 = _mm512_add_ps(sum2, p2);
-      sum3 = _mm512_add_ps(sum3, p3);
-      _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-      _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
-    }
-    for (; c + 32 <= cols; c += 32) {
-      const __m512 p0 = p_at(c), p1 = p_at(c + 16);
-      sum0 = _mm512_add_ps(sum0, p0);
-      sum1 = _mm512_add_ps(sum1, p1);
-      _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-    }
-    if (c < cols) {
-      const __m512 p0 = p_at(c);
-      sum2 = _mm512_add_ps(sum2, p0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), (__m256i)_mm512_cvtneps_pbh(p0));
-    }
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(sum0, sum1), _mm512_add_ps(sum2, sum3));
-    _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr), sum));
-  }
-}
-
 }  // namespace headlight::attention::cpu::kernels::amx
 
 #else  // not x86-64: no AMX
@@ -281,9 +172,6 @@ void qk_tile(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, s
 void pv_tile(const bf16*, size_t, size_t, size_t, const uint32_t*, size_t, size_t, float*, size_t,
              const float*) {
   fail("amx::pv_tile: no AMX on this architecture");
-}
-void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float, bf16*, size_t) {
-  fail("amx::softmax_rows: no AMX on this architecture");
 }
 void product(const bf16*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float*, size_t,
              bool) {

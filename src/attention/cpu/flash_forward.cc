@@ -150,11 +150,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
-      if (plan.amx && round_in_softmax && !stats)
-        kernels::amx::softmax_rows(w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
-                                   static_cast<size_t>(plan.bc_pad), m, l, w.alpha,
-                                   raw_scores ? effective_scale(p) : 1.0f, w.pb,
-                                   static_cast<size_t>(plan.bc_pad));
+      if (plan.native_softmax && round_in_softmax && !stats)
+        kernels::native::softmax_rows(w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
+                                      static_cast<size_t>(plan.bc_pad), m, l, w.alpha,
+                                      raw_scores ? effective_scale(p) : 1.0f, w.pb,
+                                      static_cast<size_t>(plan.bc_pad));
       else
         kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
                               {.ent = stats ? w.ent + hg * plan.br : nullptr,

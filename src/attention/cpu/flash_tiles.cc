@@ -311,6 +311,8 @@ Plan make_plan(const AttentionParams& p) {
   plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
   plan.in_place_bf16 = plan.bf16 && sh.value_dim == plan.dv_pad && is_decode(p, plan);
   plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
+  plan.native_softmax =
+      plan.bf16 && !plan.in_place_bf16 && plan.lanes == 16 && (plan.amx || kernels::bf16_native());
   // Keys per tile, padded: a whole block, or all the keys when there are fewer.
   plan.bc_pad =
       round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), plan.amx ? 32 : plan.lanes);

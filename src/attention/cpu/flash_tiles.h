@@ -54,7 +54,9 @@ struct Plan {
   // bf16 decode (is_decode, value rows whole vectors wide): keys and values read where they lie
   // by the fp32 decode loops, each element widened as it is loaded (half the bytes of fp32).
   bool in_place_bf16 = false;
-  bool amx = false;   // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
+  bool amx = false;  // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
+  // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
+  bool native_softmax = false;
   int64_t pairs = 0;  // bf16: head-dim pairs, ⌈D / 2⌉ (AMX: padded to a multiple of 16)
   int64_t kv_blocks;  // key blocks per (batch, kv head)
   // Value rows whole vectors wide (Dv = dv_pad) are read where they lie; otherwise they are
