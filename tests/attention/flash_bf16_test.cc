@@ -204,18 +204,21 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
 
 TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {
   // The fused bf16 backward against the reference (double on the bf16 values), every option, on
-  // both paths: AMX (where the CPU has it: P', dS and an fp32 dO rounded to bf16 for the products,
-  // each rounding 2⁻⁹ relative to a term of a sum that may cancel, so the bound is taken as 1/64 of
-  // the gradient's scale; the Python tests hold the errors to 3× a plain bf16 implementation's),
-  // and the widened fp32 kernel (HEADLIGHT_ISA=avx3: fp32 rounding only). Gradients into fp32
-  // operands, and into bf16 ones (the same values rounded once).
+  // every path: bf16 products on AMX (where the CPU has it) and on vdpbf16ps (HEADLIGHT_ISA=
+  // avx3_bf16, where the CPU has AVX-512 BF16): P', dS and an fp32 dO rounded to bf16 for the
+  // products, each rounding 2⁻⁹ relative to a term of a sum that may cancel, so the bound is taken
+  // as 1/64 of the gradient's scale (the Python tests hold the errors to 3× a plain bf16
+  // implementation's); and the widened fp32 kernel (HEADLIGHT_ISA=avx3, or a CPU without either:
+  // fp32 rounding only). Gradients into fp32 operands, and into bf16 ones (the same values rounded
+  // once).
   ThreadContext ctx(2);
   for (const char* isa : {"best", "avx3_bf16", "avx3"}) {
     force_isa(isa);
-    const bool amx =
+    const bool bf16_products =
         cpu::bf16_backward_available(Bf16Problem({1, 1, 1, 1, 1, 1, 1}, 1).params({}, false));
-    SCOPED_TRACE(::testing::Message() << "isa " << isa << (amx ? " (AMX)" : " (widened)"));
-    const double tol = amx ? 1.0 / 64 : 2e-5;
+    SCOPED_TRACE(::testing::Message()
+                 << "isa " << isa << (bf16_products ? " (bf16 products)" : " (widened)"));
+    const double tol = bf16_products ? 1.0 / 64 : 2e-5;
     for (const OptionCase& c : option_cases()) {
       SCOPED_TRACE(c.name);
       CaseData data;

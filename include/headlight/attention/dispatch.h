@@ -26,8 +26,8 @@ void forward(ThreadContext& ctx, const AttentionParams& p,
 
 // The backward with the chosen kernel. The fused backward uses p.out and p.lse from the forward
 // when both are given, and recomputes them otherwise. With bf16 inputs the fused path runs on
-// AMX tiles where the CPU has them (cpu::flash_backward_bf16), else the fp32 kernel on widened
-// copies; either way the gradients are rounded once into bf16 gradient operands.
+// AMX tiles or AVX-512 BF16 where the CPU has them (cpu::flash_backward_bf16), else the fp32
+// kernel on widened copies; either way the gradients are rounded once into bf16 gradient operands.
 void backward(ThreadContext& ctx, const AttentionParams& p,
               KernelChoice choice = KernelChoice::automatic);
 

@@ -52,6 +52,11 @@ void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols, bf16*
 // cols a multiple of 16. Needs AVX-512 BF16, which every CPU with AMX has.
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
                   float scale, bf16* pb, size_t ldpb);
+// x [rows, cols] fp32 (leading dim ldx) rounded to bf16 (vcvtneps2bf16: nearest even, denormals
+// to zero, as the products read them anyway) into row pairs dst [rows_pad / 2, ld] words: word
+// (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.
+void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad, size_t cols, uint32_t* dst,
+               size_t ld);
 }  // namespace native
 
 // The AMX tiles (flash_bf16_amx.cc): rows a multiple of 16, pairs a multiple of 16 (32 elements
@@ -68,11 +73,6 @@ void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs, const uint32_
 // elements), b pair words [16·steps, ldb]; rows and cols multiples of 16.
 void product(const bf16* a, size_t lda, size_t rows, const uint32_t* b, size_t ldb, size_t steps,
              size_t cols, float* c, size_t ldc, bool accumulate);
-// x [rows, cols] fp32 (leading dim ldx) rounded to bf16 (vcvtneps2bf16: nearest even, denormals
-// to zero, as the products read them anyway) into row pairs dst [rows_pad / 2, ld] words: word
-// (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.
-void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad, size_t cols, uint32_t* dst,
-               size_t ld);
 }  // namespace amx
 
 }  // namespace headlight::attention::cpu::kernels

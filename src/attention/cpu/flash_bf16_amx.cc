@@ -108,24 +108,6 @@ HEADLIGHT_AMX_TARGET void product(const bf16* a, size_t lda, size_t rows, const 
     Product<false>(a, lda * sizeof(bf16), rows, b, ldb, steps, 64, cols, c, ldc);
 }
 
-HEADLIGHT_AMX_TARGET void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad,
-                                    size_t cols, uint32_t* dst, size_t ld) {
-  const __m512 zero = _mm512_setzero_ps();
-  for (size_t i = 0; i < rows_pad / 2; ++i) {
-    const float* x0 = 2 * i < rows ? x + 2 * i * ldx : nullptr;
-    const float* x1 = 2 * i + 1 < rows ? x + (2 * i + 1) * ldx : nullptr;
-    uint32_t* out = dst + i * ld;
-    for (size_t c = 0; c < cols; c += 16) {
-      const __m256bh lo = _mm512_cvtneps_pbh(x0 ? _mm512_loadu_ps(x0 + c) : zero);
-      const __m256bh hi = _mm512_cvtneps_pbh(x1 ? _mm512_loadu_ps(x1 + c) : zero);
-      const __m512i words =
-          _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)lo),
-                          _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
-      _mm512_storeu_si512(out + c, words);
-    }
-  }
-}
-
 HEADLIGHT_AMX_TARGET void qk_tile(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt,
                                   size_t ldk, size_t pairs, size_t cols, float scale, float* s,
                                   size_t lds) {
@@ -176,9 +158,6 @@ void pv_tile(const bf16*, size_t, size_t, size_t, const uint32_t*, size_t, size_
 void product(const bf16*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float*, size_t,
              bool) {
   fail("amx::product: no AMX on this architecture");
-}
-void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
-  fail("amx::row_pairs: no AMX on this architecture");
 }
 
 }  // namespace headlight::attention::cpu::kernels::amx

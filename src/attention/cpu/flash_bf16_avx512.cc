@@ -171,6 +171,24 @@ HEADLIGHT_BF16_TARGET void round_tile_bf16(const float* s, size_t lds, size_t ro
   }
 }
 
+HEADLIGHT_BF16_TARGET void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad,
+                                     size_t cols, uint32_t* dst, size_t ld) {
+  const __m512 zero = _mm512_setzero_ps();
+  for (size_t i = 0; i < rows_pad / 2; ++i) {
+    const float* x0 = 2 * i < rows ? x + 2 * i * ldx : nullptr;
+    const float* x1 = 2 * i + 1 < rows ? x + (2 * i + 1) * ldx : nullptr;
+    uint32_t* out = dst + i * ld;
+    for (size_t c = 0; c < cols; c += 16) {
+      const __m256bh lo = _mm512_cvtneps_pbh(x0 ? _mm512_loadu_ps(x0 + c) : zero);
+      const __m256bh hi = _mm512_cvtneps_pbh(x1 ? _mm512_loadu_ps(x1 + c) : zero);
+      const __m512i words =
+          _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)lo),
+                          _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
+      _mm512_storeu_si512(out + c, words);
+    }
+  }
+}
+
 // 2^t for t ≤ 0 (t may be −inf, NaN propagates), in seven instructions: t = n + f with n = ⌊t⌋
 // and f = t − n ∈ [0, 1) (vreduceps, rounding down), 2^f from a degree-4 polynomial, and 2^n
 // applied by vscalefps, which scales by 2^⌊t⌋ itself, so n is never formed. The polynomial is
@@ -301,6 +319,9 @@ void round_tile_bf16(const float*, size_t, size_t, size_t, bf16*, size_t) {
 }
 void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float, bf16*, size_t) {
   fail("softmax_rows: no native bf16 path on this architecture");
+}
+void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
+  fail("row_pairs: no native bf16 path on this architecture");
 }
 }  // namespace headlight::attention::cpu::kernels::native
 

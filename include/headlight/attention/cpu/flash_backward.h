@@ -12,12 +12,14 @@ namespace headlight::attention::cpu {
 // (overwriting them).
 void flash_backward(ThreadContext& ctx, const AttentionParams& p);
 
-// Whether flash_backward_bf16 runs here: bf16 inputs and AMX tiles usable (core/cpu_info.h).
+// Whether flash_backward_bf16 runs here: bf16 inputs, and AMX tiles or AVX-512 BF16 usable
+// (core/cpu_info.h).
 bool bf16_backward_available(const AttentionParams& p);
 
-// The backward of bf16 attention on AMX tiles (flash_backward_amx.cc): the same reads and writes,
-// gradients computed from bf16 products with fp32 accumulation and written rounded once into
-// bf16 gradient operands (or exactly into fp32 ones). Needs bf16_backward_available(p).
+// The backward of bf16 attention on AMX tiles, else on vdpbf16ps (flash_backward_bf16.cc): the
+// same reads and writes, gradients computed from bf16 products with fp32 accumulation and written
+// rounded once into bf16 gradient operands (or exactly into fp32 ones). Needs
+// bf16_backward_available(p).
 void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p);
 
 }  // namespace headlight::attention::cpu

@@ -1,5 +1,8 @@
-// The backward of bf16 attention on AMX tiles: FlashAttention-2's backward (flash_backward.cc has
-// the math) with its five tile products on the matrix unit. Per (query tile × key block):
+// The backward of bf16 attention: FlashAttention-2's backward (flash_backward.cc has the math)
+// with its five tile products in bf16, on AMX tiles where the CPU has them, else on vdpbf16ps
+// register tiles (AVX-512 BF16: Zen 4, Cooper Lake); the two engines read the same layouts
+// (flash_bf16.h's pair words), so one driver serves both (Engine below). Per (query tile × key
+// block):
 //     S   = Q·Kᵀ        A = Q pair words [rows, D/2],   B = Kᵀ pair words [D/2, keys]
 //     dP' = dO·Vᵀ       A = dO pair words [rows, Dv/2], B = Vᵀ pair words [Dv/2, keys]
 //     dVᵀ += dOᵀ·P'     A = dOᵀ bf16 [Dv, rows],        B = P' in row pairs [rows/2, keys]
@@ -35,7 +38,7 @@ constexpr int64_t kMaxChunks = 4;
 constexpr int64_t kChunkRows = 1024;
 constexpr int64_t kTileRows = 64;  // query rows per tile (a multiple of 32: the row-pair products)
 
-struct AmxBackwardPlan {
+struct Bf16BackwardPlan {
   int64_t D, Dv, G;
   int64_t p16;        // D's pairs, padded to 16 (Q and Kᵀ pair words)
   int64_t pv16;       // Dv's pairs, padded to 16 (dO and Vᵀ pair words)
@@ -47,9 +50,9 @@ struct AmxBackwardPlan {
   int64_t block_words;  // packed key block: Kᵀ [p16, bc], Vᵀ [pv16, bc], K pairs [bc/2, d16]
 };
 
-AmxBackwardPlan make_amx_plan(const AttentionParams& p) {
+Bf16BackwardPlan make_bf16_plan(const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
-  AmxBackwardPlan a;
+  Bf16BackwardPlan a;
   a.D = sh.head_dim, a.Dv = sh.value_dim, a.G = sh.heads / sh.kv_heads;
   a.p16 = round_up(std::max<int64_t>((a.D + 1) / 2, 1), 16);
   a.pv16 = round_up(std::max<int64_t>((a.Dv + 1) / 2, 1), 16);
@@ -66,7 +69,7 @@ AmxBackwardPlan make_amx_plan(const AttentionParams& p) {
 }
 
 // One worker's scratch (sizes in elements of their types).
-struct AmxScratch {
+struct Bf16Scratch {
   uint32_t* qp;     // [G, cr, p16] query pair words
   bf16* qt;         // [G, d16, cr] queries transposed
   uint32_t* dop;    // [G, cr, pv16] output-gradient pair words
@@ -82,7 +85,7 @@ struct AmxScratch {
   bf16* ds;         // [br, bc] dS rounded
 };
 
-size_t scratch_bytes(const AmxBackwardPlan& a) {
+size_t scratch_bytes(const Bf16BackwardPlan& a) {
   const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br;
   const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + br / 2 * bc;
   const int64_t halves = G * a.d16 * cr + G * a.dv16 * cr + br * bc;
@@ -90,7 +93,7 @@ size_t scratch_bytes(const AmxBackwardPlan& a) {
   return static_cast<size_t>(4 * words + 2 * halves + 4 * floats + 64 * 16);
 }
 
-AmxScratch carve(void* base, const AmxBackwardPlan& a) {
+Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
   auto* at = static_cast<char*>(base);
   auto take = [&](int64_t bytes) {
     char* here = at;
@@ -98,7 +101,7 @@ AmxScratch carve(void* base, const AmxBackwardPlan& a) {
     return here;
   };
   const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br;
-  AmxScratch w;
+  Bf16Scratch w;
   w.qp = reinterpret_cast<uint32_t*>(take(4 * G * cr * a.p16));
   w.qt = reinterpret_cast<bf16*>(take(2 * G * a.d16 * cr));
   w.dop = reinterpret_cast<uint32_t*>(take(4 * G * cr * a.pv16));
@@ -160,15 +163,41 @@ struct Item {
   int64_t b, g, c, row_begin, row_end;
 };
 
-void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScratch& w,
-              const uint32_t* packed, const float* dots, float* dk_part, float* dv_part,
-              const Item& it) {
+// The tile products on one of the two engines, in the same layouts.
+struct Engine {
+  bool amx;  // AMX tiles (the thread configures its tiles per item), else vdpbf16ps
+
+  // c[rows, cols] = scale · a · b: a pair words [rows, pairs] (lda words), b pair words
+  // [pairs, ldb]; rows a multiple of 16.
+  void scores(const uint32_t* a, size_t lda, size_t rows, const uint32_t* b, size_t ldb,
+              size_t pairs, size_t cols, float scale, float* c, size_t ldc) const {
+    if (amx)
+      kernels::amx::qk_tile(a, lda, rows, b, ldb, pairs, cols, scale, c, ldc);
+    else
+      kernels::native::qk_tile_bf16(a, lda, rows, b, ldb, pairs, cols, scale, c, ldc);
+  }
+
+  // c[rows, cols] += a · b: a bf16 rows [rows, 32·steps] (lda elements, even), b pair words
+  // [16·steps, ldb]; rows and cols multiples of 16.
+  void accumulate(const bf16* a, size_t lda, size_t rows, const uint32_t* b, size_t ldb,
+                  size_t steps, size_t cols, float* c, size_t ldc) const {
+    if (amx)
+      kernels::amx::product(a, lda, rows, b, ldb, steps, cols, c, ldc, /*accumulate=*/true);
+    else  // a's rows as pair words: two adjacent elements of the reduction per word
+      kernels::native::pv_tile_bf16(reinterpret_cast<const uint32_t*>(a), lda / 2, rows, 16 * steps,
+                                    b, ldb, cols, c, ldc, /*alpha=*/nullptr);
+  }
+};
+
+void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine& engine,
+              const Bf16Scratch& w, const uint32_t* packed, const float* dots, float* dk_part,
+              float* dv_part, const Item& it) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
   const int64_t G = a.G, D = a.D, Dv = a.Dv, bc = a.bc, br = a.br, cr = a.cr;
   const int64_t rows_total = it.row_end - it.row_begin;
   const float scale = effective_scale(p);
-  amx_configure_tiles();
+  if (engine.amx) amx_configure_tiles();
 
   std::fill(w.qp, w.qp + G * cr * a.p16, 0u);
   std::fill(w.qt, w.qt + G * a.d16 * cr, bf16{});
@@ -213,10 +242,10 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
         const float* lse = p.lse + (it.b * sh.heads + h) * sh.len_q + i0;
         const float* dot_rows = dots + (it.b * sh.heads + h) * sh.len_q + i0;
         // S (scaled) and P.
-        kernels::amx::qk_tile(w.qp + (hg * cr + at) * a.p16, static_cast<size_t>(a.p16),
-                              static_cast<size_t>(r16), kt, static_cast<size_t>(bc),
-                              static_cast<size_t>(a.p16), static_cast<size_t>(cols_pad), scale, w.s,
-                              static_cast<size_t>(bc));
+        engine.scores(w.qp + (hg * cr + at) * a.p16, static_cast<size_t>(a.p16),
+                      static_cast<size_t>(r16), kt, static_cast<size_t>(bc),
+                      static_cast<size_t>(a.p16), static_cast<size_t>(cols_pad), scale, w.s,
+                      static_cast<size_t>(bc));
         if (o.softcap > 0) {
           kernels::softcap_tile(w.s, rows, cols_pad, bc, o.softcap);
           for (int64_t r = 0; r < rows; ++r)
@@ -226,29 +255,29 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
         apply_element_masks(p, tile, cols_pad, w.s, bc);
         kernels::exp_shift_rows(w.s, rows, cols_pad, bc, lse);
         // dP' = dO · Vᵀ.
-        kernels::amx::qk_tile(w.dop + (hg * cr + at) * a.pv16, static_cast<size_t>(a.pv16),
-                              static_cast<size_t>(r16), vt, static_cast<size_t>(bc),
-                              static_cast<size_t>(a.pv16), static_cast<size_t>(cols_pad), 1.0f,
-                              w.dp, static_cast<size_t>(bc));
+        engine.scores(w.dop + (hg * cr + at) * a.pv16, static_cast<size_t>(a.pv16),
+                      static_cast<size_t>(r16), vt, static_cast<size_t>(bc),
+                      static_cast<size_t>(a.pv16), static_cast<size_t>(cols_pad), 1.0f, w.dp,
+                      static_cast<size_t>(bc));
         const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, bc);
         // dVᵀ += dOᵀ · P'.
-        kernels::amx::row_pairs(pd, static_cast<size_t>(bc), static_cast<size_t>(rows),
-                                static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
-                                static_cast<size_t>(bc));
-        kernels::amx::product(w.dot + hg * a.dv16 * cr + at, static_cast<size_t>(cr),
-                              static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(bc),
-                              static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
-                              static_cast<size_t>(bc), true);
+        kernels::native::row_pairs(pd, static_cast<size_t>(bc), static_cast<size_t>(rows),
+                                   static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
+                                   static_cast<size_t>(bc));
+        engine.accumulate(w.dot + hg * a.dv16 * cr + at, static_cast<size_t>(cr),
+                          static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(bc),
+                          static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
+                          static_cast<size_t>(bc));
         // dS, then dKᵀ += Qᵀ · dS and dQ += dS · K.
         kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, bc, dot_rows);
         if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, bc);
-        kernels::amx::row_pairs(w.dp, static_cast<size_t>(bc), static_cast<size_t>(rows),
-                                static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
-                                static_cast<size_t>(bc));
-        kernels::amx::product(w.qt + hg * a.d16 * cr + at, static_cast<size_t>(cr),
-                              static_cast<size_t>(a.d16), w.pairs, static_cast<size_t>(bc),
-                              static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
-                              static_cast<size_t>(bc), true);
+        kernels::native::row_pairs(w.dp, static_cast<size_t>(bc), static_cast<size_t>(rows),
+                                   static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
+                                   static_cast<size_t>(bc));
+        engine.accumulate(w.qt + hg * a.d16 * cr + at, static_cast<size_t>(cr),
+                          static_cast<size_t>(a.d16), w.pairs, static_cast<size_t>(bc),
+                          static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
+                          static_cast<size_t>(bc));
         for (int64_t r = 0; r < r16; ++r) {
           bf16* out = w.ds + r * bc;
           if (r < rows)
@@ -257,10 +286,10 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
             std::fill(out, out + cols_pad, bf16{});
           std::fill(out + cols_pad, out + cols32, bf16{});
         }
-        kernels::amx::product(w.ds, static_cast<size_t>(bc), static_cast<size_t>(r16), kp,
-                              static_cast<size_t>(a.d16), static_cast<size_t>(cols32 / 32),
-                              static_cast<size_t>(a.d16), w.dq + (hg * cr + at) * a.d16,
-                              static_cast<size_t>(a.d16), true);
+        engine.accumulate(w.ds, static_cast<size_t>(bc), static_cast<size_t>(r16), kp,
+                          static_cast<size_t>(a.d16), static_cast<size_t>(cols32 / 32),
+                          static_cast<size_t>(a.d16), w.dq + (hg * cr + at) * a.d16,
+                          static_cast<size_t>(a.d16));
       }
     }
     // dK = scale · dKᵀᵀ and dV = dVᵀᵀ, 16 rows of the transposes at a time (each row of dK and dV
@@ -290,13 +319,15 @@ void run_item(const AttentionParams& p, const AmxBackwardPlan& a, const AmxScrat
 }  // namespace
 
 bool bf16_backward_available(const AttentionParams& p) {
-  return p.q.is_bf16() && kernels::amx::available() && kernels::float_lanes() == 16;
+  return p.q.is_bf16() && kernels::float_lanes() == 16 &&
+         (kernels::amx::available() || kernels::bf16_native());
 }
 
 void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
   apply_isa_from_environment();
   validate(p, /*backward=*/true);
-  check(bf16_backward_available(p), "flash_backward_bf16: needs bf16 inputs and AMX tiles");
+  check(bf16_backward_available(p),
+        "flash_backward_bf16: needs bf16 inputs and AMX tiles or AVX-512 BF16");
   check(p.out.defined() && p.lse != nullptr,
         "flash_backward_bf16: the forward's output and log-sum-exp (out, lse) are required");
   const AttentionShape& sh = p.shape;
@@ -318,7 +349,8 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
           for (int64_t e = 0; e < D; ++e) p.dq.store(b, h, i, e, 0.0f);
     return;
   }
-  const AmxBackwardPlan a = make_amx_plan(p);
+  const Bf16BackwardPlan a = make_bf16_plan(p);
+  const Engine engine{.amx = kernels::amx::available()};
   const std::vector<float> dots = output_dots(ctx, p);
   // Packed key blocks, then the chunks' partial dK and dV [chunks, batch, kv_heads, len_kv, ·].
   const int64_t pack_items = sh.batch * sh.kv_heads * a.kv_blocks;
@@ -352,7 +384,7 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
       return;
     }
     void* scratch = ctx.scratch(worker).floats((bytes + 3) / 4);
-    run_item(p, a, carve(scratch, a), packed, dots.data(), dk, dv, it);
+    run_item(p, a, engine, carve(scratch, a), packed, dots.data(), dk, dv, it);
   });
   // dK and dV: the chunks' partials added in chunk order, stored (rounded for bf16).
   add_partials(ctx, p, a.chunks, dk_part, dv_part);
