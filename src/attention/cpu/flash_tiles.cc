@@ -326,6 +326,8 @@ Plan make_plan(const AttentionParams& p) {
                                 : banded               ? 48
                                                        : 64,
                                 round_up(sh.len_q, 16));
+  else if (plan.bf16 && !plan.in_place_bf16 && sh.len_kv >= kLongKeys)
+    plan.br = std::min(kLongKeyRowsNative, sh.len_q);  // vdpbf16ps or widened
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
   const auto br = static_cast<size_t>(plan.br), bc = static_cast<size_t>(plan.bc_pad);
   plan.q_floats = round_up(static_cast<int64_t>(G * br * D), 16);

@@ -25,6 +25,10 @@ constexpr int64_t kLongRows = 1024;
 // AMX: from this many keys up, 256 query rows per item, so that each key tile read from memory
 // serves more rows (K and V no longer fit in the caches; the causal diagonal waste is negligible).
 constexpr int64_t kLongKeys = 16384;
+// The same for bf16 without AMX: 240 rows (whole 6-row register blocks of the vdpbf16ps tiles).
+// On Zen 4, causal at 262,144 tokens: 311 GFLOP/s with 48 rows, 342 with 144, 351 with 240; no
+// change at 16,384 and 32,768 (docs/notes/2026-12-05-bf16-without-amx.md).
+constexpr int64_t kLongKeyRowsNative = 240;
 // Bc: keys per tile. 256 rather than 128: fewer tiles per row halve the per-tile costs (the
 // softmax's rescale pass, loading and storing the output accumulators in PvTile).
 constexpr int64_t kBlockKeys = 256;
