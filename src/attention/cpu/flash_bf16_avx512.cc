@@ -59,6 +59,10 @@ HEADLIGHT_BF16_TARGET inline void QkRows(const uint32_t* q, size_t ldq, const ui
                                          float* s, size_t lds) {
   size_t c = 0;
   for (; c + 64 <= cols; c += 64) QkMicro<R, 4>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
+  if (c + 32 <= cols) {  // the same for a 32-wide rest of the keys
+    QkMicro<R, 2>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
+    c += 32;
+  }
   for (; c < cols; c += 16) QkMicro<R, 1>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
 }
 
@@ -90,6 +94,11 @@ HEADLIGHT_BF16_TARGET inline void PvRows(const uint32_t* p, size_t ldp, size_t p
                                          size_t ldo, const float* alpha) {
   size_t x = 0;
   for (; x + 64 <= width; x += 64) PvMicro<R, 4>(p, ldp, pairs, v + x, ldv, o + x, ldo, alpha);
+  // A 32-wide rest (head dim 32, 96) in one pass: two loaded vectors per broadcast, not one.
+  if (x + 32 <= width) {
+    PvMicro<R, 2>(p, ldp, pairs, v + x, ldv, o + x, ldo, alpha);
+    x += 32;
+  }
   for (; x < width; x += 16) PvMicro<R, 1>(p, ldp, pairs, v + x, ldv, o + x, ldo, alpha);
 }
 
