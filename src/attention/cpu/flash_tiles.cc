@@ -137,13 +137,36 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
 std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   std::vector<float> dot(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
+  const bool bf16 = p.out.bf16 || p.dout.bf16;
+  const auto Dv = static_cast<size_t>(sh.value_dim);
   ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
+    std::vector<float> o_row(bf16 ? Dv : 0), do_row(bf16 ? Dv : 0);
+    auto row_of = [&](const Operand& x, int64_t b, int64_t h, int64_t i, std::vector<float>& buf) {
+      if (!x.bf16) return static_cast<const float*>(x.at(b, h, i));
+      to_float(x.bf16_at(b, h, i), buf.data(), Dv);
+      return static_cast<const float*>(buf.data());
+    };
     for (int64_t bh = range.begin; bh < range.end; ++bh) {
       const int64_t b = bh / sh.heads, h = bh % sh.heads;
       for (int64_t i = 0; i < sh.len_q; ++i) {
         float s = 0;
-        for (int64_t x = 0; x < sh.value_dim; ++x)
-          s += p.out.value(b, h, i, x) * p.dout.value(b, h, i, x);
+        if (bf16) {
+          // The bf16 backward's: rows widened, then 16 running sums (one per lane of a vector,
+          // so the loop vectorises without reordering any sum), added in order at the end. One
+          // running sum's chain of dependent additions had made this pass 8% of a bf16 backward
+          // at the GPT engine's shape (B 16, H 4, N 128, D 32).
+          const float* o = row_of(p.out, b, h, i, o_row);
+          const float* g = row_of(p.dout, b, h, i, do_row);
+          float lanes[16] = {};
+          size_t x = 0;
+          for (; x + 16 <= Dv; x += 16)
+            for (size_t j = 0; j < 16; ++j) lanes[j] += o[x + j] * g[x + j];
+          for (; x < Dv; ++x) lanes[x % 16] += o[x] * g[x];
+          for (const float lane : lanes) s += lane;
+        } else {  // fp32 (the fp32 backward's): one running sum, in order
+          for (int64_t x = 0; x < sh.value_dim; ++x)
+            s += p.out.value(b, h, i, x) * p.dout.value(b, h, i, x);
+        }
         dot[static_cast<size_t>(bh * sh.len_q + i)] = s;
       }
     }
