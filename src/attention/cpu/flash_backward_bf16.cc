@@ -306,15 +306,23 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
           static_cast<size_t>(std::min<int64_t>(16, Dv - x0)), static_cast<size_t>(cols),
           reinterpret_cast<uint32_t*>(dv_rows + x0), static_cast<size_t>(Dv));
   }
-  std::vector<float> row(static_cast<size_t>(D));
-  for (int64_t hg = 0; hg < G; ++hg)
+  // dQ = scale · (dQ / scale), each head's rows stored at once: bf16 rows that are contiguous
+  // are scaled into one buffer and rounded in one call (the same bits as row by row).
+  const bool slab = p.dq.bf16 && p.dq.row_stride == D;
+  std::vector<float> rows(static_cast<size_t>((slab ? rows_total : 1) * D));
+  for (int64_t hg = 0; hg < G; ++hg) {
+    const int64_t h = it.g * G + hg;
     for (int64_t r = 0; r < rows_total; ++r) {
-      const int64_t h = it.g * G + hg, i = it.row_begin + r;
-      float* dst = p.dq.bf16 ? row.data() : p.dq.at(it.b, h, i);
+      const int64_t i = it.row_begin + r;
+      float* dst = slab ? rows.data() + r * D : p.dq.bf16 ? rows.data() : p.dq.at(it.b, h, i);
       const float* src = w.dq + (hg * cr + r) * a.d16;
       for (int64_t e = 0; e < D; ++e) dst[e] = src[e] * scale;
-      if (p.dq.bf16) to_bf16(dst, p.dq.bf16_at(it.b, h, i), static_cast<size_t>(D));
+      if (p.dq.bf16 && !slab) to_bf16(dst, p.dq.bf16_at(it.b, h, i), static_cast<size_t>(D));
     }
+    if (slab)
+      to_bf16(rows.data(), p.dq.bf16_at(it.b, h, it.row_begin),
+              static_cast<size_t>(rows_total * D));
+  }
 }
 
 }  // namespace

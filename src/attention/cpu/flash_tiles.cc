@@ -192,14 +192,33 @@ void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,
     }
     if (o.bf16) to_bf16(dst, o.bf16_at(b, g, j), static_cast<size_t>(width));
   };
+  // A bf16 operand whose rows are contiguous takes a (b, g) slab in one rounding call (the same
+  // bits as row by row; at D = 32 the calls' own cost had been most of this pass).
+  auto whole_slab = [&](const Operand& o, int64_t b, int64_t g, const float* part0, int64_t stride,
+                        int64_t width, std::vector<float>& slab) {
+    if (!o.bf16 || o.row_stride != width) return false;
+    const int64_t n = sh.len_kv * width;
+    const float* sum = part0;
+    if (chunks > 1) {
+      slab.assign(part0, part0 + n);
+      for (int64_t c = 1; c < chunks; ++c)
+        for (int64_t e = 0; e < n; ++e) slab[static_cast<size_t>(e)] += part0[c * stride + e];
+      sum = slab.data();
+    }
+    to_bf16(sum, o.bf16_at(b, g, 0), static_cast<size_t>(n));
+    return true;
+  };
   ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
-    std::vector<float> row(static_cast<size_t>(std::max(D, Dv)));
+    std::vector<float> row(static_cast<size_t>(std::max(D, Dv))), slab;
     for (int64_t bg = range.begin; bg < range.end; ++bg) {
       const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
-      for (int64_t j = 0; j < sh.len_kv; ++j) {
-        sum_into(p.dk, b, g, j, dk_part + bg * per_bg_k + j * D, stride_k, D, row);
-        sum_into(p.dv, b, g, j, dv_part + bg * per_bg_v + j * Dv, stride_v, Dv, row);
-      }
+      const float *k0 = dk_part + bg * per_bg_k, *v0 = dv_part + bg * per_bg_v;
+      if (!whole_slab(p.dk, b, g, k0, stride_k, D, slab))
+        for (int64_t j = 0; j < sh.len_kv; ++j)
+          sum_into(p.dk, b, g, j, k0 + j * D, stride_k, D, row);
+      if (!whole_slab(p.dv, b, g, v0, stride_v, Dv, slab))
+        for (int64_t j = 0; j < sh.len_kv; ++j)
+          sum_into(p.dv, b, g, j, v0 + j * Dv, stride_v, Dv, row);
     }
   });
 }
