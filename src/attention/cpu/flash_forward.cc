@@ -194,6 +194,17 @@ struct RowResult {
 
 // out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key), and the
 // statistics when asked for: entropy = log l − ent / l, max weight = 1 / l.
+// The row's statistics (lse and those asked for); inv = 1 / l, or 0 when l = 0.
+void write_row_stats(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r,
+                     float inv) {
+  const int64_t flat = (b * p.shape.heads + h) * p.shape.len_q + i;
+  const bool nan = std::isnan(r.l);
+  if (p.lse) p.lse[flat] = r.l > 0 ? r.m + std::log(r.l) : (nan ? r.l : kNegInf);
+  if (p.entropy) p.entropy[flat] = r.l > 0 ? std::log(r.l) - r.ent / r.l : (nan ? r.l : 0.0f);
+  if (p.max_weight) p.max_weight[flat] = r.l > 0 ? inv : (nan ? r.l : 0.0f);
+  if (p.argmax) p.argmax[flat] = r.l > 0 ? r.best : -1;
+}
+
 void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r) {
   const float inv = r.l > 0 ? 1.0f / r.l : 0.0f;
   if (p.out.is_bf16()) {
@@ -208,25 +219,37 @@ void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const 
     float* dst = p.out.at(b, h, i);
     for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = r.o[x] * inv;
   }
-  const int64_t flat = (b * p.shape.heads + h) * p.shape.len_q + i;
-  const bool nan = std::isnan(r.l);
-  if (p.lse) p.lse[flat] = r.l > 0 ? r.m + std::log(r.l) : (nan ? r.l : kNegInf);
-  if (p.entropy) p.entropy[flat] = r.l > 0 ? std::log(r.l) - r.ent / r.l : (nan ? r.l : 0.0f);
-  if (p.max_weight) p.max_weight[flat] = r.l > 0 ? inv : (nan ? r.l : 0.0f);
-  if (p.argmax) p.argmax[flat] = r.l > 0 ? r.best : -1;
+  write_row_stats(p, b, h, i, r, inv);
 }
 
 void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* packed,
               int64_t b, int64_t g, int64_t i0, int64_t rows) {
   accumulate_item(p, plan, w, packed, b, g, i0, rows, 0, p.shape.len_kv);
   const bool stats = wants_stats(p);
-  for (int64_t hg = 0; hg < plan.group; ++hg)
+  // A bf16 output whose rows are contiguous, as the accumulators' are (Dv a whole number of
+  // vectors): each head's rows are scaled in place and rounded in one call (the same bits as
+  // write_row's; at D = 32 its per-row calls had been a tenth of the forward).
+  const int64_t Dv = p.shape.value_dim;
+  const bool slab = p.out.is_bf16() && p.out.row_stride == Dv && plan.dv_pad == Dv;
+  for (int64_t hg = 0; hg < plan.group; ++hg) {
+    const int64_t h = g * plan.group + hg;
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t k = hg * plan.br + r;
-      write_row(p, b, g * plan.group + hg, i0 + r,
-                {w.o + k * plan.dv_pad, w.m[k], row_sum(plan, w, hg, r), stats ? w.ent[k] : 0.0f,
-                 stats ? w.best[k] : -1});
+      float* o = w.o + k * plan.dv_pad;
+      const RowResult row{o, w.m[k], row_sum(plan, w, hg, r), stats ? w.ent[k] : 0.0f,
+                          stats ? w.best[k] : -1};
+      if (!slab) {
+        write_row(p, b, h, i0 + r, row);
+        continue;
+      }
+      const float inv = row.l > 0 ? 1.0f / row.l : 0.0f;
+      for (int64_t x = 0; x < Dv; ++x) o[x] *= inv;
+      write_row_stats(p, b, h, i0 + r, row, inv);
     }
+    if (slab)
+      to_bf16(w.o + hg * plan.br * plan.dv_pad, p.out.bf16_at(b, h, i0),
+              static_cast<size_t>(rows * Dv));
+  }
 }
 
 // Decode (few query rows, many keys): the key range is cut into a fixed number of splits that
