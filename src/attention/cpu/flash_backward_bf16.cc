@@ -239,6 +239,17 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
         const int64_t cols_pad = round_up(tcols, 16), cols32 = round_up(cols_pad, 32);
         const TilePos tile{
             it.b, h, i0, rows, j0, tcols, !(hi_row.lo <= j0 && lo_row.hi >= j0 + tcols - 1)};
+        // grad_t [height, keys] += xt [height, rows] · x [rows, keys]: x (P' or dS) rounded into
+        // row pairs, xt this tile's columns of the transposed rows (dOᵀ or Qᵀ, bf16).
+        auto accumulate_transposed = [&](const float* x, const bf16* xt, int64_t height,
+                                         float* grad_t) {
+          kernels::native::row_pairs(x, static_cast<size_t>(bc), static_cast<size_t>(rows),
+                                     static_cast<size_t>(r32), static_cast<size_t>(cols_pad),
+                                     w.pairs, static_cast<size_t>(bc));
+          engine.accumulate(xt, static_cast<size_t>(cr), static_cast<size_t>(height), w.pairs,
+                            static_cast<size_t>(bc), static_cast<size_t>(r32 / 32),
+                            static_cast<size_t>(cols_pad), grad_t, static_cast<size_t>(bc));
+        };
         const float* lse = p.lse + (it.b * sh.heads + h) * sh.len_q + i0;
         const float* dot_rows = dots + (it.b * sh.heads + h) * sh.len_q + i0;
         // S (scaled) and P.
@@ -261,23 +272,11 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
                       static_cast<size_t>(bc));
         const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, bc);
         // dVᵀ += dOᵀ · P'.
-        kernels::native::row_pairs(pd, static_cast<size_t>(bc), static_cast<size_t>(rows),
-                                   static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
-                                   static_cast<size_t>(bc));
-        engine.accumulate(w.dot + hg * a.dv16 * cr + at, static_cast<size_t>(cr),
-                          static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(bc),
-                          static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
-                          static_cast<size_t>(bc));
+        accumulate_transposed(pd, w.dot + hg * a.dv16 * cr + at, a.dv16, w.dvt);
         // dS, then dKᵀ += Qᵀ · dS and dQ += dS · K.
         kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, bc, dot_rows);
         if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, bc);
-        kernels::native::row_pairs(w.dp, static_cast<size_t>(bc), static_cast<size_t>(rows),
-                                   static_cast<size_t>(r32), static_cast<size_t>(cols_pad), w.pairs,
-                                   static_cast<size_t>(bc));
-        engine.accumulate(w.qt + hg * a.d16 * cr + at, static_cast<size_t>(cr),
-                          static_cast<size_t>(a.d16), w.pairs, static_cast<size_t>(bc),
-                          static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
-                          static_cast<size_t>(bc));
+        accumulate_transposed(w.dp, w.qt + hg * a.d16 * cr + at, a.d16, w.dkt);
         // dS rounded by vcvtne2ps2bf16 (denormals to zero, as both engines' products read them:
         // the same products as to_bf16's exact bits, at a fraction of its per-row cost).
         kernels::native::round_tile_bf16(w.dp, static_cast<size_t>(bc), static_cast<size_t>(rows),
