@@ -192,8 +192,6 @@ struct RowResult {
   int64_t best;
 };
 
-// out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key), and the
-// statistics when asked for: entropy = log l − ent / l, max weight = 1 / l.
 // The row's statistics (lse and those asked for); inv = 1 / l, or 0 when l = 0.
 void write_row_stats(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r,
                      float inv) {
@@ -205,6 +203,8 @@ void write_row_stats(const AttentionParams& p, int64_t b, int64_t h, int64_t i, 
   if (p.argmax) p.argmax[flat] = r.l > 0 ? r.best : -1;
 }
 
+// out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key), and the
+// statistics when asked for: entropy = log l − ent / l, max weight = 1 / l.
 void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r) {
   const float inv = r.l > 0 ? 1.0f / r.l : 0.0f;
   if (p.out.is_bf16()) {

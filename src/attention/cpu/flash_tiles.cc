@@ -181,44 +181,34 @@ void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,
   const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
   const int64_t stride_k = sh.batch * sh.kv_heads * per_bg_k;  // one chunk's partials
   const int64_t stride_v = sh.batch * sh.kv_heads * per_bg_v;
-  // row = Σ_c part[c] in chunk order, stored as the operand's dtype.
-  auto sum_into = [&](const Operand& o, int64_t b, int64_t g, int64_t j, const float* part0,
-                      int64_t stride, int64_t width, std::vector<float>& row) {
-    float* dst = o.bf16 ? row.data() : o.at(b, g, j);
-    std::memcpy(dst, part0, static_cast<size_t>(width) * sizeof(float));
+  // Rows [j, j + n) of (b, g) = Σ_c part[c] in chunk order, stored as the operand's dtype; n
+  // rows are contiguous in the operand when n > 1. (b, g)'s rows go in one call where the
+  // operand's rows are contiguous (the same bits as row by row; at D = 32 the per-row rounding
+  // calls had been most of this pass), else one row at a time.
+  auto sum_into = [&](const Operand& o, int64_t b, int64_t g, int64_t j, int64_t n,
+                      const float* part0, int64_t stride, int64_t width, std::vector<float>& buf) {
+    const auto count = static_cast<size_t>(n * width);
+    if (o.bf16) buf.resize(count);
+    float* dst = o.bf16 ? buf.data() : o.at(b, g, j);
+    std::memcpy(dst, part0, count * sizeof(float));
     for (int64_t c = 1; c < chunks; ++c) {
       const float* pc = part0 + c * stride;
-      for (int64_t e = 0; e < width; ++e) dst[e] += pc[e];
+      for (size_t e = 0; e < count; ++e) dst[e] += pc[e];
     }
-    if (o.bf16) to_bf16(dst, o.bf16_at(b, g, j), static_cast<size_t>(width));
+    if (o.bf16) to_bf16(dst, o.bf16_at(b, g, j), count);
   };
-  // A bf16 operand whose rows are contiguous takes a (b, g) slab in one rounding call (the same
-  // bits as row by row; at D = 32 the calls' own cost had been most of this pass).
-  auto whole_slab = [&](const Operand& o, int64_t b, int64_t g, const float* part0, int64_t stride,
-                        int64_t width, std::vector<float>& slab) {
-    if (!o.bf16 || o.row_stride != width) return false;
-    const int64_t n = sh.len_kv * width;
-    const float* sum = part0;
-    if (chunks > 1) {
-      slab.assign(part0, part0 + n);
-      for (int64_t c = 1; c < chunks; ++c)
-        for (int64_t e = 0; e < n; ++e) slab[static_cast<size_t>(e)] += part0[c * stride + e];
-      sum = slab.data();
-    }
-    to_bf16(sum, o.bf16_at(b, g, 0), static_cast<size_t>(n));
-    return true;
+  auto store = [&](const Operand& o, int64_t b, int64_t g, const float* part0, int64_t stride,
+                   int64_t width, std::vector<float>& buf) {
+    if (o.row_stride == width) return sum_into(o, b, g, 0, sh.len_kv, part0, stride, width, buf);
+    for (int64_t j = 0; j < sh.len_kv; ++j)
+      sum_into(o, b, g, j, 1, part0 + j * width, stride, width, buf);
   };
   ctx.parallel_for(sh.batch * sh.kv_heads, [&](Range range, int) {
-    std::vector<float> row(static_cast<size_t>(std::max(D, Dv))), slab;
+    std::vector<float> buf;
     for (int64_t bg = range.begin; bg < range.end; ++bg) {
       const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
-      const float *k0 = dk_part + bg * per_bg_k, *v0 = dv_part + bg * per_bg_v;
-      if (!whole_slab(p.dk, b, g, k0, stride_k, D, slab))
-        for (int64_t j = 0; j < sh.len_kv; ++j)
-          sum_into(p.dk, b, g, j, k0 + j * D, stride_k, D, row);
-      if (!whole_slab(p.dv, b, g, v0, stride_v, Dv, slab))
-        for (int64_t j = 0; j < sh.len_kv; ++j)
-          sum_into(p.dv, b, g, j, v0 + j * Dv, stride_v, Dv, row);
+      store(p.dk, b, g, dk_part + bg * per_bg_k, stride_k, D, buf);
+      store(p.dv, b, g, dv_part + bg * per_bg_v, stride_v, Dv, buf);
     }
   });
 }
