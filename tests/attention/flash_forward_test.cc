@@ -388,6 +388,19 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
           .causal = false,
           .window_left = -1,
           .lengths = {},
+          .softcap = 0.0f},
+          // 64 query heads over one key/value head, 16 rows each: 1,024 rows share the key rows,
+          // more than one softmax call takes (it splits them; 256 at a time).
+          DecodeCase{.shape = {.batch = 1,
+                              .heads = 64,
+                              .kv_heads = 1,
+                              .len_q = 16,
+                              .len_kv = 600,
+                              .head_dim = 32,
+                              .value_dim = 32},
+          .causal = true,
+          .window_left = -1,
+          .lengths = {},
           .softcap = 0.0f}}) {
       SCOPED_TRACE(::testing::Message() << "Lq " << c.shape.len_q << " Lk " << c.shape.len_kv);
       AttentionOptions o;

@@ -17,6 +17,7 @@
 // 348 GFLOP/s (0.66 → 0.74 of the vdpbf16ps peak).
 
 #include "src/attention/cpu/flash_bf16.h"
+#include "src/attention/cpu/flash_kernels.h"
 
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
@@ -223,7 +224,12 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
                                         float* l, float* alpha, float scale, bf16* pb,
                                         size_t ldpb) {
   constexpr float kLog2e = 1.44269504088896341f;
-  constexpr size_t kMaxRows = 256;
+  constexpr size_t kMaxRows = kSoftmaxRowsPerCall;
+  for (; rows > kMaxRows; rows -= kMaxRows) {  // rows are independent: the first kMaxRows, then on
+    softmax_rows(s, kMaxRows, cols, lds, m, l, alpha, scale, pb, ldpb);
+    s += kMaxRows * lds, m += kMaxRows, l += kMaxRows * 16, alpha += kMaxRows,
+        pb += kMaxRows * ldpb;
+  }
   const float ninf = -__builtin_inff(), qnan = __builtin_nanf("");
   alignas(64) float tile_max[kMaxRows + 16], m_new[kMaxRows + 16];
   // A: per row, the tile maximum (scaled) and whether a NaN is present (one unordered compare

@@ -212,8 +212,8 @@ HWY_INLINE VF Exp2Softmax(DF d, VF x) {
 
 constexpr float kLog2e = 1.44269504088896341f;
 
-// Most rows SoftmaxRows handles in one call (a query block).
-constexpr size_t kMaxSoftmaxRows = 256;
+// Most rows SoftmaxRows handles in one call (softmax_rows splits larger tiles).
+constexpr size_t kMaxSoftmaxRows = attention::cpu::kernels::kSoftmaxRowsPerCall;
 
 // The online softmax over `cols` columns of each row (cols a multiple of the vector length, the
 // columns past the valid keys already −inf). In three passes, so that no row waits on another:

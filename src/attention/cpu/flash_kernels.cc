@@ -65,7 +65,18 @@ void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
 
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
                   const SoftmaxExtras& extras) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxRows)(s, rows, cols, lds, m, l, alpha, extras);
+  // The loop keeps per-row arrays of kSoftmaxRowsPerCall on the stack; rows are independent, so
+  // more (decode: every query head of a group, up to 16 rows each) run as several calls.
+  const size_t lanes = float_lanes();
+  for (size_t r = 0; r < rows; r += kSoftmaxRowsPerCall) {
+    SoftmaxExtras part = extras;
+    if (part.ent) part.ent += r;
+    if (part.argmax) part.argmax += r;
+    if (part.pb) part.pb += r * part.ldpb;
+    HWY_DYNAMIC_DISPATCH(SoftmaxRows)
+    (s + r * lds, std::min(kSoftmaxRowsPerCall, rows - r), cols, lds, m + r, l + r * lanes,
+     alpha + r, part);
+  }
 }
 
 void pv_tile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,

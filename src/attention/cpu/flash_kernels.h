@@ -50,6 +50,9 @@ struct SoftmaxExtras {
   size_t ldpb = 0;
 };
 
+// Rows one softmax loop takes at a time (its per-row arrays live on the stack): softmax_rows and
+// native::softmax_rows split larger tiles.
+constexpr size_t kSoftmaxRowsPerCall = 256;
 // The online softmax of a tile: updates m and the per-lane sums l [rows, lanes], writes α and
 // turns S into P (see flash_kernels-inl.h).
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
