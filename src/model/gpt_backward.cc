@@ -155,13 +155,15 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       ops::norm_backward(ctx, ns, a.h2.ptr(), P + o.ln2_w, a.ln2_mean.ptr(), a.ln2_rstd.ptr(), dx,
                          {dres, false, G + o.ln2_w, maybe(G, o.ln2_b)});
       std::memcpy(dx, dres, sizeof(float) * static_cast<size_t>(n));  // gradient at m_in so far
-    } else {
+    } else if (drop) {
       std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
     }
+    // The branch output's gradient: dx itself, unless dropout scales a copy (post-norm: dres).
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream + 1);
-    // dfc = act'(fc) ⊙ (dres · W_proj)
+    const float* dmlp = drop || !c.norm_first ? dres : dx;
+    // dfc = act'(fc) ⊙ (dmlp · W_proj)
     linear_grads(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, a.gel.ptr(),
-                 P + o.fc_proj_w, dres, dgel, false, maybe(GW, o.fc_proj_w), maybe(GW, o.fc_proj_b),
+                 P + o.fc_proj_w, dmlp, dgel, false, maybe(GW, o.fc_proj_w), maybe(GW, o.fc_proj_b),
                  b16);
     const ops::ActivationShape as{.kind = c.activation, .rows = d.rows, .width = d.F};
     const ops::LinearShape up{.rows = d.rows, .in_features = d.C, .out_features = d.Fi};
@@ -192,12 +194,14 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
                          {dx, false, G + o.ln1_w, maybe(G, o.ln1_b)});
     }
 
-    // Attention branch: h = x + branch.
-    std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
-    if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream);
+    // Attention branch: h = x + branch; its output's gradient is dx (with dropout, a scaled copy).
+    if (drop) {
+      std::memcpy(dres, dx, sizeof(float) * static_cast<size_t>(n));
+      detail::dropout(ctx, dres, n, c.dropout, options.seed, stream);
+    }
     float* dattg = datt;
     linear_grads(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C},
-                 a.gated ? a.attg.ptr() : a.att.ptr(), P + o.proj_w, dres, dattg, false,
+                 a.gated ? a.attg.ptr() : a.att.ptr(), P + o.proj_w, drop ? dres : dx, dattg, false,
                  maybe(GW, o.proj_w), maybe(GW, o.proj_b), b16);
     // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place; the identity when
     // every gate of the layer is 1, so then only for the gates' gradients).

@@ -225,7 +225,7 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
                                         size_t ldpb) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr size_t kMaxRows = kSoftmaxRowsPerCall;
-  for (; rows > kMaxRows; rows -= kMaxRows) {  // rows are independent: the first kMaxRows, then on
+  for (; rows > kMaxRows; rows -= kMaxRows) {  // rows are independent: kMaxRows at a time
     softmax_rows(s, kMaxRows, cols, lds, m, l, alpha, scale, pb, ldpb);
     s += kMaxRows * lds, m += kMaxRows, l += kMaxRows * 16, alpha += kMaxRows,
         pb += kMaxRows * ldpb;
