@@ -5,10 +5,12 @@
 
 The model is the issue's: 4 layers, 4 heads, n_embd 128, block 128, batch 16, byte-level
 vocabulary (256), learned positions, pre-norm LayerNorm, tied embeddings; AdamW with gradient
-clipping. headlight trains through `headlight train` (its own loop, evaluation off); PyTorch through
+clipping. headlight trains through `headlight train` (its own loop); PyTorch through
 an eager nanoGPT-style model (F.scaled_dot_product_attention, is_causal) on the same detective
 corpus, and with torch.compile when --compile is given and it works here. Rounds alternate between
-the two, and the table gives the median tokens/s of each and the ratio.
+the two, and the table gives the median tokens/s of each and the ratio. Every trainer is timed
+the same way: WARMUP untimed steps, then --steps timed steps (headlight's from the elapsed times
+its metrics log records after each step, so its final evaluation and checkpoint are not counted).
 
 With --bf16 two more trainers join the rounds: headlight in mixed precision (`headlight train --dtype
 bf16`: bf16 products with fp32 accumulation, fp32 master weights and AdamW state) and PyTorch under
@@ -39,6 +41,7 @@ import torch.nn.functional as F
 ROOT = Path(__file__).resolve().parent.parent
 CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
 N_LAYER, N_HEAD, N_EMBD, BLOCK, BATCH, VOCAB = 4, 4, 128, 128, 16, 256
+WARMUP = 3  # untimed steps of every trainer (first calls: allocation, oneDNN's kernel generation)
 
 
 class Block(nn.Module):
@@ -101,7 +104,7 @@ def torch_tokens_per_second(data, steps, compiled, autocast=False):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
 
-    for _ in range(3):
+    for _ in range(WARMUP):
         step()
     t0 = time.perf_counter()
     for _ in range(steps):
@@ -110,15 +113,23 @@ def torch_tokens_per_second(data, steps, compiled, autocast=False):
 
 
 def headlight_tokens_per_second(steps, threads, dtype="f32"):
+    """Timed as PyTorch is: WARMUP steps first, then `steps` steps, from the elapsed times the
+    metrics log gives after each step (so the final evaluation and checkpoint are not counted)."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = subprocess.run(
-            [str(CLI), "train", "--steps", str(steps), "--eval-every", str(10 * steps),
-             "--eval-batches", "1", "--val-stories", "20", "--n-layer", str(N_LAYER), "--n-head",
-             str(N_HEAD), "--n-embd", str(N_EMBD), "--block-size", str(BLOCK), "--batch",
-             str(BATCH), "--threads", str(threads), "--out", f"{tmp}/m.safetensors", "--json",
-             "--dtype", dtype],
+        subprocess.run(
+            [str(CLI), "train", "--steps", str(WARMUP + steps), "--eval-every",
+             str(10 * (WARMUP + steps)), "--eval-batches", "1", "--val-stories", "20",
+             "--n-layer", str(N_LAYER), "--n-head", str(N_HEAD), "--n-embd", str(N_EMBD),
+             "--block-size", str(BLOCK), "--batch", str(BATCH), "--threads", str(threads),
+             "--out", f"{tmp}/m.safetensors", "--json", "--dtype", dtype, "--log-every", "1",
+             "--metrics", f"{tmp}/metrics.jsonl"],
             check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)["tokens_per_second"]
+        elapsed = {}
+        with open(f"{tmp}/metrics.jsonl") as f:
+            for line in f:
+                row = json.loads(line)
+                elapsed[row["step"]] = row["elapsed"]
+    return steps * BATCH * BLOCK / (elapsed[WARMUP + steps] - elapsed[WARMUP])
 
 
 def step_flops():

@@ -111,6 +111,9 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   t->add_option("--seed", a.train.seed, "Seed of the weights, batches and dropout")
       ->capture_default_str();
   t->add_option("--metrics", a.train.metrics, "JSONL metrics log");
+  positive(t->add_option("--log-every", a.train.log_every,
+                         "Steps between progress lines and metrics log lines")
+               ->capture_default_str());
   t->add_option("--dtype", a.dtype,
                 "Dense products in f32, or bf16 (mixed precision: bf16 products with fp32 "
                 "accumulation, fp32 master weights, AdamW state, norms, attention and loss)")
