@@ -199,17 +199,24 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
   const float scale = effective_scale(p);
   if (engine.amx) amx_configure_tiles();
 
-  std::fill(w.qp, w.qp + G * cr * a.p16, 0u);
-  std::fill(w.qt, w.qt + G * a.d16 * cr, bf16{});
-  std::fill(w.dop, w.dop + G * cr * a.pv16, 0u);
-  std::fill(w.dot, w.dot + G * a.dv16 * cr, bf16{});
   std::fill(w.dq, w.dq + G * cr * a.d16, 0.0f);
+  // pack_item_rows writes rows [0, rows_total) of the pair words and columns [0, rows_total) of
+  // the transposes' first `width` rows: zero the rest (the padding the products read).
+  auto zero_padding = [&](uint32_t* pairs_at, int64_t pairs, bf16* t_at, int64_t width,
+                          int64_t height) {
+    std::fill(pairs_at + rows_total * pairs, pairs_at + cr * pairs, 0u);
+    for (int64_t e = 0; e < width; ++e)
+      std::fill(t_at + e * cr + rows_total, t_at + (e + 1) * cr, bf16{});
+    std::fill(t_at + width * cr, t_at + height * cr, bf16{});
+  };
   for (int64_t hg = 0; hg < G; ++hg) {
     const int64_t h = it.g * G + hg;
-    pack_item_rows(p.q, it.b, h, it.row_begin, rows_total, D, a.p16, w.qp + hg * cr * a.p16,
-                   w.qt + hg * a.d16 * cr, cr);
-    pack_item_rows(p.dout, it.b, h, it.row_begin, rows_total, Dv, a.pv16, w.dop + hg * cr * a.pv16,
-                   w.dot + hg * a.dv16 * cr, cr);
+    uint32_t *qp = w.qp + hg * cr * a.p16, *dop = w.dop + hg * cr * a.pv16;
+    bf16 *qt = w.qt + hg * a.d16 * cr, *dot = w.dot + hg * a.dv16 * cr;
+    pack_item_rows(p.q, it.b, h, it.row_begin, rows_total, D, a.p16, qp, qt, cr);
+    pack_item_rows(p.dout, it.b, h, it.row_begin, rows_total, Dv, a.pv16, dop, dot, cr);
+    zero_padding(qp, a.p16, qt, D, a.d16);
+    zero_padding(dop, a.pv16, dot, Dv, a.dv16);
   }
 
   const auto [j_begin, j_end] = rows_key_span(p, it.b, it.row_begin, it.row_end);
@@ -264,7 +271,9 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
           kernels::softcap_grad_tile(w.aux, rows, cols_pad, bc, o.softcap);
         }
         apply_element_masks(p, tile, cols_pad, w.s, bc);
-        kernels::exp_shift_rows(w.s, rows, cols_pad, bc, lse);
+        kernels::native::exp_shift_rows(w.s, static_cast<size_t>(rows),
+                                        static_cast<size_t>(cols_pad), static_cast<size_t>(bc),
+                                        lse);
         // dP' = dO · Vᵀ.
         engine.scores(w.dop + (hg * cr + at) * a.pv16, static_cast<size_t>(a.pv16),
                       static_cast<size_t>(r16), vt, static_cast<size_t>(bc),

@@ -314,6 +314,30 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   }
 }
 
+HEADLIGHT_BF16_TARGET void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds,
+                                          const float* lse) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  const __m512 l2e = _mm512_set1_ps(kLog2e);
+  for (size_t r = 0; r < rows; ++r) {
+    float* row = s + r * lds;
+    if (!(lse[r] > -__builtin_inff())) {  // no allowed key (0), or a NaN row (NaN)
+      const __m512 fill = _mm512_set1_ps(lse[r] != lse[r] ? lse[r] : 0.0f);
+      for (size_t c = 0; c < cols; c += 16) _mm512_storeu_ps(row + c, fill);
+      continue;
+    }
+    const __m512 shift = _mm512_set1_ps(lse[r] * kLog2e);
+    size_t c = 0;
+    for (; c + 32 <= cols; c += 32) {  // two exponentials' chains side by side
+      const __m512 p0 = Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), l2e, shift));
+      const __m512 p1 = Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), l2e, shift));
+      _mm512_storeu_ps(row + c, p0);
+      _mm512_storeu_ps(row + c + 16, p1);
+    }
+    if (c < cols)
+      _mm512_storeu_ps(row + c, Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), l2e, shift)));
+  }
+}
+
 }  // namespace headlight::attention::cpu::kernels::native
 
 #else  // not x86-64: no native path
@@ -337,6 +361,9 @@ void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float,
 }
 void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
   fail("row_pairs: no native bf16 path on this architecture");
+}
+void exp_shift_rows(float*, size_t, size_t, size_t, const float*) {
+  fail("exp_shift_rows: no native bf16 path on this architecture");
 }
 }  // namespace headlight::attention::cpu::kernels::native
 
