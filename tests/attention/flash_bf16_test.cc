@@ -372,6 +372,51 @@ TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {
   force_isa("best");
 }
 
+TEST(FlashBf16, BackwardIntoStridedFp32Gradients) {
+  // fp32 gradients whose rows are not contiguous (the GPT engine's dq, dk, dv are columns of one
+  // [tokens, (H + 2·Hkv)·D] buffer): with one query chunk the items write dK and dV there
+  // themselves. The same bits as into contiguous gradients, and nothing written between rows.
+  const AttentionShape s{2, 4, 2, 70, 90, 32, 24};
+  const AttentionOptions o{.causal = true};
+  ThreadContext ctx(2);
+  for (const char* isa : {"best", "avx3_bf16"}) {
+    force_isa(isa);
+    SCOPED_TRACE(isa);
+    Bf16Problem plain(s, 12), strided(s, 12);
+    backward(ctx, plain.params(o, false), KernelChoice::fused);
+    AttentionParams p = strided.params(o, false);
+    // Rows of pad + width floats, one (b, head) after another; the pad holds a sentinel.
+    constexpr int64_t kPad = 7;
+    constexpr float kSentinel = 12345.0f;
+    auto wide = [&](std::vector<float>& buf, int64_t heads, int64_t rows, int64_t width) {
+      buf.assign(static_cast<size_t>(s.batch * heads * rows * (width + kPad)), kSentinel);
+      return Operand{.data = buf.data(),
+                     .batch_stride = heads * rows * (width + kPad),
+                     .head_stride = rows * (width + kPad),
+                     .row_stride = width + kPad};
+    };
+    std::vector<float> dq, dk, dv;
+    p.dq = wide(dq, s.heads, s.len_q, s.head_dim);
+    p.dk = wide(dk, s.kv_heads, s.len_kv, s.head_dim);
+    p.dv = wide(dv, s.kv_heads, s.len_kv, s.value_dim);
+    backward(ctx, p, KernelChoice::fused);
+    auto same = [&](const std::vector<float>& got, const std::vector<float>& want, int64_t width) {
+      for (size_t r = 0; r < want.size() / static_cast<size_t>(width); ++r)
+        for (int64_t e = 0; e < width + kPad; ++e) {
+          const float x = got[r * static_cast<size_t>(width + kPad) + static_cast<size_t>(e)];
+          if (e < width)
+            ASSERT_EQ(x, want[r * static_cast<size_t>(width) + static_cast<size_t>(e)]) << r;
+          else
+            ASSERT_EQ(x, kSentinel) << "written between rows at " << r;
+        }
+    };
+    same(dq, plain.f.dq, s.head_dim);
+    same(dk, plain.f.dk, s.head_dim);
+    same(dv, plain.f.dv, s.value_dim);
+  }
+  force_isa("best");
+}
+
 TEST(FlashBf16, BackwardIsBitwiseTheSameForAnyThreadCountAndLongChunks) {
   // Several query chunks (their partial dK and dV added in order), GQA, causal; any thread count.
   const AttentionShape shape{1, 4, 2, 2100, 700, 64, 48};

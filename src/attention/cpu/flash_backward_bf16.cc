@@ -163,6 +163,13 @@ struct Item {
   int64_t b, g, c, row_begin, row_end;
 };
 
+// Where an item writes its dK or dV rows (fp32): a chunk's partial [len_kv, D] (ld = D), or, with
+// one chunk and fp32 gradients, the gradient itself (ld its row stride).
+struct KeyRows {
+  float* data;
+  int64_t ld;
+};
+
 // The tile products on one of the two engines, in the same layouts.
 struct Engine {
   bool amx;  // AMX tiles (the thread configures its tiles per item), else vdpbf16ps
@@ -190,8 +197,8 @@ struct Engine {
 };
 
 void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine& engine,
-              const Bf16Scratch& w, const uint32_t* packed, const float* dots, float* dk_part,
-              float* dv_part, const Item& it) {
+              const Bf16Scratch& w, const uint32_t* packed, const float* dots,
+              const KeyRows& dk_out, const KeyRows& dv_out, const Item& it) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
   const int64_t G = a.G, D = a.D, Dv = a.Dv, bc = a.bc, br = a.br, cr = a.cr;
@@ -223,11 +230,13 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
   const uint32_t* blocks = packed + (it.b * sh.kv_heads + it.g) * a.kv_blocks * a.block_words;
   for (int64_t blk = 0; blk < a.kv_blocks; ++blk) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
-    float* dk_rows = dk_part + j0 * D;
-    float* dv_rows = dv_part + j0 * Dv;
+    float* dk_rows = dk_out.data + j0 * dk_out.ld;
+    float* dv_rows = dv_out.data + j0 * dv_out.ld;
     if (j0 + cols <= j_begin || j0 >= j_end) {  // no row of the chunk sees this block
-      std::fill(dk_rows, dk_rows + cols * D, 0.0f);
-      std::fill(dv_rows, dv_rows + cols * Dv, 0.0f);
+      for (int64_t j = 0; j < cols; ++j) {
+        std::fill(dk_rows + j * dk_out.ld, dk_rows + j * dk_out.ld + D, 0.0f);
+        std::fill(dv_rows + j * dv_out.ld, dv_rows + j * dv_out.ld + Dv, 0.0f);
+      }
       continue;
     }
     const uint32_t* kt = blocks + blk * a.block_words;
@@ -307,12 +316,12 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
       kernels::transpose_rows(w.dkt + e0 * bc, static_cast<size_t>(bc),
                               static_cast<size_t>(std::min<int64_t>(16, D - e0)),
                               static_cast<size_t>(cols), scale, dk_rows + e0,
-                              static_cast<size_t>(D));
+                              static_cast<size_t>(dk_out.ld));
     for (int64_t x0 = 0; x0 < Dv; x0 += 16)
       kernels::transpose_words(
           reinterpret_cast<const uint32_t*>(w.dvt + x0 * bc), static_cast<size_t>(bc),
           static_cast<size_t>(std::min<int64_t>(16, Dv - x0)), static_cast<size_t>(cols),
-          reinterpret_cast<uint32_t*>(dv_rows + x0), static_cast<size_t>(Dv));
+          reinterpret_cast<uint32_t*>(dv_rows + x0), static_cast<size_t>(dv_out.ld));
   }
   // dQ = scale · (dQ / scale), each head's rows stored at once: bf16 rows that are contiguous
   // are scaled into one buffer and rounded in one call (the same bits as row by row).
@@ -373,8 +382,12 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
   const int64_t pack_items = sh.batch * sh.kv_heads * a.kv_blocks;
   const int64_t packed_words = checked_numel({pack_items, a.block_words}, "packed keys");
   const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
-  const int64_t part_k = checked_numel({a.chunks, sh.batch * sh.kv_heads, per_bg_k}, "partial dK");
-  const int64_t part_v = checked_numel({a.chunks, sh.batch * sh.kv_heads, per_bg_v}, "partial dV");
+  // One chunk and fp32 gradients: the items write dK and dV themselves (no partials to add).
+  const bool direct = a.chunks == 1 && !p.dk.bf16 && !p.dv.bf16;
+  const int64_t part_k =
+      direct ? 0 : checked_numel({a.chunks, sh.batch * sh.kv_heads, per_bg_k}, "partial dK");
+  const int64_t part_v =
+      direct ? 0 : checked_numel({a.chunks, sh.batch * sh.kv_heads, per_bg_v}, "partial dV");
   float* base = ctx.shared_scratch().floats(static_cast<size_t>(packed_words + part_k + part_v));
   auto* packed = reinterpret_cast<uint32_t*>(base);
   float* const dk_part = base + packed_words;
@@ -393,18 +406,22 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
     const int64_t c = item % a.chunks, bg = item / a.chunks;
     const Item it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * a.chunk_rows,
                   std::min(sh.len_q, (c + 1) * a.chunk_rows)};
-    float* dk = dk_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_k;
-    float* dv = dv_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_v;
+    const KeyRows dk = direct ? KeyRows{p.dk.at(it.b, it.g, 0), p.dk.row_stride}
+                              : KeyRows{dk_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_k, D};
+    const KeyRows dv = direct ? KeyRows{p.dv.at(it.b, it.g, 0), p.dv.row_stride}
+                              : KeyRows{dv_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_v, Dv};
     if (it.row_begin >= it.row_end) {
-      std::fill(dk, dk + per_bg_k, 0.0f);
-      std::fill(dv, dv + per_bg_v, 0.0f);
+      for (int64_t j = 0; j < sh.len_kv; ++j) {
+        std::fill(dk.data + j * dk.ld, dk.data + j * dk.ld + D, 0.0f);
+        std::fill(dv.data + j * dv.ld, dv.data + j * dv.ld + Dv, 0.0f);
+      }
       return;
     }
     void* scratch = ctx.scratch(worker).floats((bytes + 3) / 4);
     run_item(p, a, engine, carve(scratch, a), packed, dots.data(), dk, dv, it);
   });
   // dK and dV: the chunks' partials added in chunk order, stored (rounded for bf16).
-  add_partials(ctx, p, a.chunks, dk_part, dv_part);
+  if (!direct) add_partials(ctx, p, a.chunks, dk_part, dv_part);
 }
 
 }  // namespace headlight::attention::cpu

@@ -188,6 +188,7 @@ void add_partials(ThreadContext& ctx, const AttentionParams& p, int64_t chunks,
   auto sum_into = [&](const Operand& o, int64_t b, int64_t g, int64_t j, int64_t n,
                       const float* part0, int64_t stride, int64_t width, std::vector<float>& buf) {
     const auto count = static_cast<size_t>(n * width);
+    if (o.bf16 && chunks == 1) return to_bf16(part0, o.bf16_at(b, g, j), count);  // rounded once
     if (o.bf16) buf.resize(count);
     float* dst = o.bf16 ? buf.data() : o.at(b, g, j);
     std::memcpy(dst, part0, count * sizeof(float));
