@@ -271,6 +271,56 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
     }
 }
 
+TEST(FlashBf16, ItemsPackingTheirOwnKeysMatchTheSharedPacking) {
+  // With few key blocks and enough (batch, key/value head) pairs per thread an item is a whole
+  // pair that packs its own keys (kLocalPackBlocks, kLocalPackItemsPerThread); otherwise every
+  // item reads one shared packing. 8 pairs and 300 keys (2 blocks): one and two threads take the
+  // first way, three threads the second. Both dtypes, every path, with options that touch every
+  // stage of a tile (ALiBi, a boolean mask, soft-cap, dropout, the row statistics): the same bits,
+  // and the reference's values.
+  const AttentionShape shape{4, 4, 2, 100, 300, 40, 40};
+  std::vector<float> slopes = {0.1f, 0.2f, 0.3f, 0.4f};
+  std::vector<uint8_t> allowed(static_cast<size_t>(shape.len_q * shape.len_kv));
+  for (size_t i = 0; i < allowed.size(); ++i) allowed[i] = i % 7 != 3;
+  const AttentionOptions o{.causal = true,
+                           .alignment = Alignment::bottom_right,
+                           .alibi_slopes = slopes.data(),
+                           .softcap = 5.0f,
+                           .dropout_p = 0.1f,
+                           .dropout_seed = 3,
+                           .mask = {.kind = MaskKind::boolean,
+                                    .data = allowed.data(),
+                                    .row_stride = shape.len_kv}};
+  for_each_path([&] {
+    for (const bool bf16_inputs : {false, true}) {
+      SCOPED_TRACE(bf16_inputs ? "bf16" : "fp32");
+      std::vector<float> first;
+      for (const int threads : {1, 2, 3}) {
+        ThreadContext ctx(threads);
+        Bf16Problem pb(shape, 77);
+        AttentionParams p = bf16_inputs ? pb.params(o, false) : pb.f.params(o);
+        p.probs = nullptr;
+        std::vector<float> ent(pb.f.lse.size());
+        p.entropy = ent.data();
+        cpu::flash_forward(ctx, p);
+        std::vector<float> all = pb.f.out;
+        all.insert(all.end(), pb.f.lse.begin(), pb.f.lse.end());
+        all.insert(all.end(), ent.begin(), ent.end());
+        if (first.empty()) {
+          first = all;
+          Bf16Problem ref(shape, 77);
+          AttentionParams pr = ref.params(o, false);
+          reference::forward(pr);
+          EXPECT_LE(max_diff(pb.f.out, ref.f.out), bf16_inputs ? kOutTol : 2e-5);
+          EXPECT_LE(max_diff(pb.f.lse, ref.f.lse), 2e-5);
+        }
+        EXPECT_EQ(std::memcmp(first.data(), all.data(), all.size() * sizeof(float)), 0)
+            << threads << " threads";
+      }
+    }
+  });
+}
+
 TEST(FlashBf16, ProbabilitiesFromTheFusedPath) {
   ThreadContext ctx(2);
   const AttentionShape shape{1, 4, 2, 45, 301, 40, 24};

@@ -25,6 +25,11 @@
 // element masks only on blocks that are partly outside. Boolean/additive masks and ALiBi apply per
 // element on every visited block.
 //
+// With few keys (≤ kLocalPackBlocks blocks) and enough (batch, key/value head) pairs per thread,
+// an item is instead a whole pair: it packs that pair's key blocks into its own scratch and runs
+// every query block against them while they are in L2 (the shared packing is written to memory
+// the items then read back from L3); the tiles and sums are the same, and so are the bits.
+//
 // Memory traffic per item: Q once, K and V once per item (Br·group rows reuse each tile), O once.
 // With Br = 48 and D = 64 a key tile is reused 48·group times from L1/L2.
 //
@@ -56,8 +61,15 @@ bool wants_stats(const AttentionParams& p) {
 
 // Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
 // structural ranges, leaving the running state (o, m, per-lane l) in w.
+// (b, g)'s key blocks in pack_keys's buffer.
+const float* blocks_of(const AttentionParams& p, const Plan& plan, const float* packed, int64_t b,
+                       int64_t g) {
+  return packed + (b * p.shape.kv_heads + g) * plan.kv_blocks * plan.block_floats;
+}
+
+// `blocks` holds (b, g)'s packed key blocks, or is null: keys and values read where they lie.
 void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& w,
-                     const float* packed, int64_t b, int64_t g, int64_t i0, int64_t rows,
+                     const float* blocks, int64_t b, int64_t g, int64_t i0, int64_t rows,
                      int64_t key_lo, int64_t key_hi) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
@@ -65,7 +77,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
 
   // Queries are used where they lie against packed (scaled) keys; reading keys in place needs
   // scaled copies of the queries. Then reset the running state.
-  if (!packed) {
+  if (!blocks) {
     check(rows == plan.br, "flash_forward: keys in place need whole query blocks");
     for (int64_t hg = 0; hg < G; ++hg)
       pack_queries(p, b, g * G + hg, i0, rows, w.q + hg * plan.br * D);
@@ -76,7 +88,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   // and writes P rounded to bf16 when nothing changes P after it (no dropout).
   const bool raw_scores = plan.bf16 && scale_in_softmax(p, plan);
   const bool round_in_softmax = plan.bf16 && o.dropout_p == 0;
-  if (plan.bf16 && packed)
+  if (plan.bf16 && blocks)
     for (int64_t hg = 0; hg < G; ++hg)
       pack_query_pairs(p, plan, b, g * G + hg, i0, rows, q_pairs + hg * plan.br * plan.pairs);
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
@@ -92,9 +104,6 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
   const int64_t j_begin = std::max({first.lo, key_lo, int64_t{0}});
   const int64_t j_end = std::min({last.hi + 1, key_hi, sh.len_kv});
-  // Packed blocks, or (packed == null) keys and values read where they lie.
-  const float* blocks =
-      packed ? packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats : nullptr;
   for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
     // Keys past the last row's range are not computed at all (the causal diagonal).
     const int64_t cols = std::min(kBlockKeys, j_end - j0);
@@ -106,7 +115,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
-    if (!packed) {
+    if (!blocks) {
       // Keys and values in place (decode): the rows of every head of the group form one tile,
       // so each key and value row is read once for the whole group.
       const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
@@ -222,9 +231,9 @@ void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const 
   write_row_stats(p, b, h, i, r, inv);
 }
 
-void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* packed,
+void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* blocks,
               int64_t b, int64_t g, int64_t i0, int64_t rows) {
-  accumulate_item(p, plan, w, packed, b, g, i0, rows, 0, p.shape.len_kv);
+  accumulate_item(p, plan, w, blocks, b, g, i0, rows, 0, p.shape.len_kv);
   const bool stats = wants_stats(p);
   // A bf16 output whose rows are contiguous, as the accumulators' are (Dv a whole number of
   // vectors): each head's rows are scaled in place and rounded in one call (the same bits as
@@ -272,8 +281,8 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
     const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
     const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
     const int64_t key_lo = split * kDecodeSplitBlocks * kBlockKeys;
-    accumulate_item(p, plan, w, packed, b, g, 0, rows, key_lo,
-                    key_lo + kDecodeSplitBlocks * kBlockKeys);
+    accumulate_item(p, plan, w, packed ? blocks_of(p, plan, packed, b, g) : nullptr, b, g, 0, rows,
+                    key_lo, key_lo + kDecodeSplitBlocks * kBlockKeys);
     float* dst = partial.data() + item * state;
     for (int64_t hg = 0; hg < G; ++hg)
       for (int64_t r = 0; r < rows; ++r) {
@@ -338,17 +347,37 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
                plan.v_in_place || plan.in_place_bf16 ? nullptr : pack_keys(ctx, p, plan));
     return;
   }
-  const float* packed = pack_keys(ctx, p, plan);
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
-  const int64_t items = sh.batch * sh.kv_heads * q_blocks;
-  ctx.parallel_items(items, [&](int64_t item, int worker) {
+  const int64_t heads_kv = sh.batch * sh.kv_heads;
+  if (plan.kv_blocks <= kLocalPackBlocks &&
+      heads_kv >= kLocalPackItemsPerThread * ctx.num_threads()) {
+    // Few keys and many (batch, key/value head) pairs: an item is a whole pair, which packs its
+    // own key blocks into its scratch and runs every query block against them there, in L2 (the
+    // same tiles and sums as below: the same bits).
+    const size_t scratch = static_cast<size_t>(round_up(static_cast<int64_t>(plan.total()), 16));
+    const auto local = static_cast<size_t>(plan.kv_blocks * plan.block_floats);
+    ctx.parallel_items(heads_kv, [&](int64_t bg, int worker) {
+      const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
+      float* base = ctx.scratch(worker).floats(scratch + local);
+      float* blocks = base + scratch;
+      for (int64_t blk = 0; blk < plan.kv_blocks; ++blk)
+        pack_block(p, plan, b, g, blk, blocks + blk * plan.block_floats);
+      const Scratch w = carve(base, plan);
+      for (int64_t i0 = 0; i0 < sh.len_q; i0 += plan.br)
+        run_item(p, plan, w, blocks, b, g, i0, std::min(plan.br, sh.len_q - i0));
+    });
+    return;
+  }
+  const float* packed = pack_keys(ctx, p, plan);
+  ctx.parallel_items(heads_kv * q_blocks, [&](int64_t item, int worker) {
     // Last query blocks first: with a causal mask they have the most keys, so big items start
     // early.
     const int64_t qb = q_blocks - 1 - item % q_blocks, g = (item / q_blocks) % sh.kv_heads;
     const int64_t b = item / (q_blocks * sh.kv_heads);
     const int64_t i0 = qb * plan.br;
     const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
-    run_item(p, plan, w, packed, b, g, i0, std::min(plan.br, sh.len_q - i0));
+    run_item(p, plan, w, blocks_of(p, plan, packed, b, g), b, g, i0,
+             std::min(plan.br, sh.len_q - i0));
   });
 }
 
@@ -394,7 +423,7 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
     const int64_t j_begin = std::max<int64_t>(first.lo, 0);
     const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
-    const float* blocks = packed + (b * sh.kv_heads + g) * plan.kv_blocks * plan.block_floats;
+    const float* blocks = blocks_of(p, plan, packed, b, g);
     for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
       const int64_t cols = std::min(kBlockKeys, j_end - j0);
       const TilePos tile{b, h, i0, rows, j0, cols, !(last.lo <= j0 && first.hi >= j0 + cols - 1)};

@@ -32,6 +32,12 @@ constexpr int64_t kLongKeyRowsNative = 240;
 // Bc: keys per tile. 256 rather than 128: fewer tiles per row halve the per-tile costs (the
 // softmax's rescale pass, loading and storing the output accumulators in PvTile).
 constexpr int64_t kBlockKeys = 256;
+// Up to this many key blocks, and with at least this many (batch, key/value head) pairs per
+// thread, a forward item is a whole pair that packs its keys into its own scratch (L2) instead of
+// a shared buffer every item reads from L3: at the GPT engine's shape (B 16, H 4, N 128, D 32) the
+// forward took 8–14% less time in bf16 and 6% in fp32.
+constexpr int64_t kLocalPackBlocks = 2;
+constexpr int64_t kLocalPackItemsPerThread = 4;
 // Decode: at most this many query rows, split into pieces of this many key blocks.
 constexpr int64_t kDecodeRows = 16;
 constexpr int64_t kDecodeSplitBlocks = 2;
