@@ -85,6 +85,13 @@ std::vector<float> widen(const std::vector<bf16>& x) {
   return y;
 }
 
+// Max |a − b| relative to the largest |b| (or 1 when that is smaller).
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double scale = 1.0;
+  for (float x : b) scale = std::max(scale, double(std::fabs(x)));
+  return max_diff(a, b) / scale;
+}
+
 // Runs fn on the native bf16 path (when this CPU has it) and on the portable path of each target.
 template <typename Fn>
 void for_each_path(Fn&& fn) {
@@ -277,7 +284,7 @@ TEST(FlashBf16, ItemsPackingTheirOwnKeysMatchTheSharedPacking) {
   // item reads one shared packing. 8 pairs and 300 keys (2 blocks): one and two threads take the
   // first way, three threads the second. Both dtypes, every path, with options that touch every
   // stage of a tile (ALiBi, a boolean mask, soft-cap, dropout, the row statistics): the same bits,
-  // and the reference's values.
+  // and the reference's values; the backward (one query chunk) packs its keys the same two ways.
   const AttentionShape shape{4, 4, 2, 100, 300, 40, 40};
   std::vector<float> slopes = {0.1f, 0.2f, 0.3f, 0.4f};
   std::vector<uint8_t> allowed(static_cast<size_t>(shape.len_q * shape.len_kv));
@@ -303,16 +310,21 @@ TEST(FlashBf16, ItemsPackingTheirOwnKeysMatchTheSharedPacking) {
         std::vector<float> ent(pb.f.lse.size());
         p.entropy = ent.data();
         cpu::flash_forward(ctx, p);
+        p.entropy = nullptr;
+        backward(ctx, p, KernelChoice::fused);  // the bf16 backward packs the same two ways
         std::vector<float> all = pb.f.out;
-        all.insert(all.end(), pb.f.lse.begin(), pb.f.lse.end());
-        all.insert(all.end(), ent.begin(), ent.end());
+        for (const std::vector<float>* x : {&pb.f.lse, &ent, &pb.f.dq, &pb.f.dk, &pb.f.dv})
+          all.insert(all.end(), x->begin(), x->end());
         if (first.empty()) {
           first = all;
           Bf16Problem ref(shape, 77);
           AttentionParams pr = ref.params(o, false);
           reference::forward(pr);
+          reference::backward(pr);
           EXPECT_LE(max_diff(pb.f.out, ref.f.out), bf16_inputs ? kOutTol : 2e-5);
           EXPECT_LE(max_diff(pb.f.lse, ref.f.lse), 2e-5);
+          EXPECT_LE(rel_diff(pb.f.dk, ref.f.dk), bf16_inputs ? 1.0 / 64 : 1e-4);
+          EXPECT_LE(rel_diff(pb.f.dv, ref.f.dv), bf16_inputs ? 1.0 / 64 : 1e-4);
         }
         EXPECT_EQ(std::memcmp(first.data(), all.data(), all.size() * sizeof(float)), 0)
             << threads << " threads";
@@ -354,13 +366,6 @@ TEST(FlashBf16, BitwiseTheSameForAnyThreadCount) {
     EXPECT_EQ(std::memcmp(first.data(), pb.f.out.data(), first.size() * sizeof(float)), 0)
         << threads << " threads";
   }
-}
-
-// Max |a − b| relative to the largest |b| (or 1 when that is smaller).
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double scale = 1.0;
-  for (float x : b) scale = std::max(scale, double(std::fabs(x)));
-  return max_diff(a, b) / scale;
 }
 
 TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {

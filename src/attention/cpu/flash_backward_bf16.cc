@@ -197,7 +197,7 @@ struct Engine {
 };
 
 void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine& engine,
-              const Bf16Scratch& w, const uint32_t* packed, const float* dots,
+              const Bf16Scratch& w, const uint32_t* blocks, const float* dots,
               const KeyRows& dk_out, const KeyRows& dv_out, const Item& it) {
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
@@ -227,7 +227,6 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
   }
 
   const auto [j_begin, j_end] = rows_key_span(p, it.b, it.row_begin, it.row_end);
-  const uint32_t* blocks = packed + (it.b * sh.kv_heads + it.g) * a.kv_blocks * a.block_words;
   for (int64_t blk = 0; blk < a.kv_blocks; ++blk) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
     float* dk_rows = dk_out.data + j0 * dk_out.ld;
@@ -379,7 +378,13 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
   const Engine engine{.amx = kernels::amx::available()};
   const std::vector<float> dots = output_dots(ctx, p);
   // Packed key blocks, then the chunks' partial dK and dV [chunks, batch, kv_heads, len_kv, ·].
-  const int64_t pack_items = sh.batch * sh.kv_heads * a.kv_blocks;
+  // With one chunk, few key blocks and enough (batch, kv head) pairs per thread, each item packs
+  // its own pair's key blocks into its scratch (as the forward does: flash_tiles.h); otherwise
+  // every block is packed once into a shared buffer first.
+  const int64_t pairs_bg = sh.batch * sh.kv_heads;
+  const bool local = a.chunks == 1 && a.kv_blocks <= kLocalPackBlocks &&
+                     pairs_bg >= kLocalPackItemsPerThread * ctx.num_threads();
+  const int64_t pack_items = local ? 0 : pairs_bg * a.kv_blocks;
   const int64_t packed_words = checked_numel({pack_items, a.block_words}, "packed keys");
   const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
   // One chunk and fp32 gradients: the items write dK and dV themselves (no partials to add).
@@ -392,16 +397,18 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
   auto* packed = reinterpret_cast<uint32_t*>(base);
   float* const dk_part = base + packed_words;
   float* const dv_part = dk_part + part_k;
-  ctx.parallel_items(pack_items, [&](int64_t item, int) {
-    const int64_t blk = item % a.kv_blocks, bg = item / a.kv_blocks;
-    const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
+  auto pack = [&](int64_t b, int64_t g, int64_t blk, uint32_t* dst) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
-    uint32_t* dst = packed + item * a.block_words;
     pack_pairs_transposed(p.k, b, g, j0, cols, D, a.p16, a.bc, dst);
     pack_pairs_transposed(p.v, b, g, j0, cols, Dv, a.pv16, a.bc, dst + a.p16 * a.bc);
     pack_row_pairs(p.k, b, g, j0, cols, D, a.bc, a.d16, dst + (a.p16 + a.pv16) * a.bc);
+  };
+  ctx.parallel_items(pack_items, [&](int64_t item, int) {
+    const int64_t blk = item % a.kv_blocks, bg = item / a.kv_blocks;
+    pack(bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * a.block_words);
   });
-  const size_t bytes = scratch_bytes(a);
+  const size_t bytes = round_up(static_cast<int64_t>(scratch_bytes(a)), 64);
+  const auto local_bytes = static_cast<size_t>(local ? 4 * a.kv_blocks * a.block_words : 0);
   ctx.parallel_items(sh.batch * sh.kv_heads * a.chunks, [&](int64_t item, int worker) {
     const int64_t c = item % a.chunks, bg = item / a.chunks;
     const Item it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * a.chunk_rows,
@@ -417,8 +424,15 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
       }
       return;
     }
-    void* scratch = ctx.scratch(worker).floats((bytes + 3) / 4);
-    run_item(p, a, engine, carve(scratch, a), packed, dots.data(), dk, dv, it);
+    auto* scratch = reinterpret_cast<char*>(ctx.scratch(worker).floats((bytes + local_bytes) / 4));
+    const uint32_t* blocks = packed + bg * a.kv_blocks * a.block_words;
+    if (local) {
+      auto* mine = reinterpret_cast<uint32_t*>(scratch + bytes);
+      for (int64_t blk = 0; blk < a.kv_blocks; ++blk)
+        pack(it.b, it.g, blk, mine + blk * a.block_words);
+      blocks = mine;
+    }
+    run_item(p, a, engine, carve(scratch, a), blocks, dots.data(), dk, dv, it);
   });
   // dK and dV: the chunks' partials added in chunk order, stored (rounded for bf16).
   if (!direct) add_partials(ctx, p, a.chunks, dk_part, dv_part);
