@@ -137,7 +137,8 @@ void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t
 std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   std::vector<float> dot(static_cast<size_t>(sh.batch * sh.heads * sh.len_q));
-  const bool bf16 = p.out.bf16 || p.dout.bf16;
+  // The bf16 backward's (bf16 inputs, whatever the output's dtype) or one with a bf16 operand.
+  const bool bf16 = p.q.is_bf16() || p.out.bf16 || p.dout.bf16;
   const auto Dv = static_cast<size_t>(sh.value_dim);
   ctx.parallel_for(sh.batch * sh.heads, [&](Range range, int) {
     std::vector<float> o_row(bf16 ? Dv : 0), do_row(bf16 ? Dv : 0);
@@ -164,8 +165,8 @@ std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p) {
           for (; x < Dv; ++x) lanes[x % 16] += o[x] * g[x];
           for (const float lane : lanes) s += lane;
         } else {  // fp32 (the fp32 backward's): one running sum, in order
-          for (int64_t x = 0; x < sh.value_dim; ++x)
-            s += p.out.value(b, h, i, x) * p.dout.value(b, h, i, x);
+          const float *o = p.out.at(b, h, i), *g = p.dout.at(b, h, i);
+          for (size_t x = 0; x < Dv; ++x) s += o[x] * g[x];
         }
         dot[static_cast<size_t>(bh * sh.len_q + i)] = s;
       }
