@@ -212,7 +212,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       const Segment& g = s.segments[i];
       attention::AttentionParams p =
           detail::segment_attention(c, d, g, l, a.qkv.ptr(), a.att.ptr(), a.lse.ptr(), s);
-      if (b16.P16 && detail::bf16_attention(s))  // the forward attended qkv rounded to bf16
+      if (s.attended_bf16)  // the forward attended qkv rounded to bf16 (qkv may be unwritten)
         detail::to_bf16_operands(a.qkv.ptr(), s.blocks[static_cast<size_t>(l)].qkv16.data<bf16>(),
                                  p);
       if (drop) {

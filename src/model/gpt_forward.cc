@@ -308,9 +308,11 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   };
   // y = x·Wᵀ + b; with bf16 products x is rounded first, unless its rounded copy is given (x16:
   // written there by its producer, x itself left unwritten).
+  // With y16 (bf16 products only), y is written only rounded, there (y itself left unwritten).
   auto linear = [&](const ops::LinearShape& sh, const float* x, int64_t ldx, int64_t w_off,
                     const float* bias, float* y, int64_t ldy,
-                    std::optional<ops::Activation> act = std::nullopt, const bf16* x16 = nullptr) {
+                    std::optional<ops::Activation> act = std::nullopt, const bf16* x16 = nullptr,
+                    bf16* y16 = nullptr) {
     if (!P16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
     if (!x16) {
       bf16* slot = rounded_slot(x, sh.rows * sh.in_features);
@@ -319,6 +321,11 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
           to_bf16(x + r * ldx, slot + r * sh.in_features, static_cast<size_t>(sh.in_features));
       });
       x16 = slot;
+    }
+    if (y16) {
+      check(!act, "linear: a bf16-only output with an activation");
+      return ops::linear_forward_bf16_rounded(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y16,
+                                              ldy);
     }
     ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y, ldy, act);
   };
@@ -401,8 +408,24 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
                                  a.ln1_rstd.get(d.rows));
     }
     float* qkv = s.blocks[static_cast<size_t>(l)].qkv.get(d.rows * d.W);
+    // bf16 products, sequences of kBf16AttentionRows or more: attention on qkv rounded to bf16
+    // (kept for the backward). Shorter ones keep fp32 attention: there the bf16 kernels' per-call
+    // costs (packing pair words, whole 16-row tiles) outweigh their faster products, the
+    // backward's first. Decoding in bf16 always: the KV cache is kept in bf16 (half the memory and
+    // the bytes each step reads). Without RoPE (which turns the float32 rows) and outside decoding
+    // (whose cache takes float32 rows), the product writes qkv only rounded: `qkv` then only
+    // names the rows (detail::to_bf16_operands) and is never written or read.
+    const bool attend16 = P16 && (cached || detail::bf16_attention(s));
+    bf16* qkv16 = nullptr;
+    if (attend16) {
+      Tensor& t = s.blocks[static_cast<size_t>(l)].qkv16;
+      if (t.numel() < d.rows * d.W) t = Tensor(DType::bf16, {d.rows * d.W});
+      qkv16 = t.data<bf16>();
+    }
+    const bool rounded_only = attend16 && !cached && c.positional != Positional::rope;
+    s.attended_bf16 = attend16;
     linear({.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in, d.C, o.attn_w,
-           maybe(P, o.attn_b), qkv, d.W, std::nullopt, a_in16);
+           maybe(P, o.attn_b), qkv, d.W, std::nullopt, a_in16, rounded_only ? qkv16 : nullptr);
     if (c.positional == Positional::rope)
       for (const Segment& g : s.segments) {
         float* q = qkv + g.row0 * d.W;
@@ -411,18 +434,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       }
     float* att = a.att.get(d.rows * d.H * d.hd);
     float* lse = a.lse.get(d.rows * d.H);
-    // bf16 products, sequences of kBf16AttentionRows or more: attention on qkv rounded to bf16
-    // (kept for the backward). Shorter ones keep fp32 attention: there the bf16 kernels' per-call
-    // costs (packing pair words, whole 16-row tiles) outweigh their faster products, the
-    // backward's first. Decoding in bf16 always: the KV cache is kept in bf16 (half the memory and
-    // the bytes each step reads).
-    const bf16* qkv16 = nullptr;
-    if (P16 && (cached || detail::bf16_attention(s))) {
-      Tensor& t = s.blocks[static_cast<size_t>(l)].qkv16;
-      if (t.numel() < d.rows * d.W) t = Tensor(DType::bf16, {d.rows * d.W});
-      to_bf16(ctx, qkv, t.data<bf16>(), d.rows * d.W);
-      qkv16 = t.data<bf16>();
-    }
+    if (attend16 && !rounded_only) to_bf16(ctx, qkv, qkv16, d.rows * d.W);
     for (size_t i = 0; i < s.segments.size(); ++i) {
       const Segment& g = s.segments[i];
       attention::AttentionParams p = detail::segment_attention(c, d, g, l, qkv, att, lse, s);
@@ -565,14 +577,19 @@ void GPT::head_attention(ThreadContext& ctx, int64_t layer, int64_t head, float*
     ++kv;
   }
   std::vector<float> out(static_cast<size_t>(d.T * d.hd));  // [T, hd], not needed
-  attention::AttentionParams p =
-      detail::attention_params(c, d, s.blocks[static_cast<size_t>(layer)].qkv.ptr(), out.data(),
-                               nullptr, s.alibi.empty() ? nullptr : s.alibi.data() + head);
+  BlockActivations& a = s.blocks[static_cast<size_t>(layer)];
+  attention::AttentionParams p = detail::attention_params(
+      c, d, a.qkv.ptr(), out.data(), nullptr, s.alibi.empty() ? nullptr : s.alibi.data() + head);
+  // The rows the forward attended: bf16 when it attended in bf16 (qkv itself may be unwritten).
+  if (s.attended_bf16) detail::to_bf16_operands(a.qkv.ptr(), a.qkv16.data<bf16>(), p);
   p.shape.heads = 1;
   p.shape.kv_heads = 1;
-  p.q.data += head * d.hd;
-  p.k.data += kv * d.hd;
-  p.v.data += kv * d.hd;
+  for (auto [o, at] : {std::pair{&p.q, head}, std::pair{&p.k, kv}, std::pair{&p.v, kv}}) {
+    if (o->bf16)
+      o->bf16 += at * d.hd;
+    else
+      o->data += at * d.hd;
+  }
   p.out = {.data = out.data(), .batch_stride = d.T * d.hd, .head_stride = d.hd, .row_stride = d.hd};
   p.lse = nullptr;
   p.probs = probs;

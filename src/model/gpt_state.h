@@ -59,10 +59,13 @@ struct Segment {
 };
 
 struct GPT::State {
-  int64_t batch = 0, seq = 0;      // shape of the last forward
-  std::vector<Segment> segments;   // of the last forward
-  bool inference = false;          // the last forward kept no activations for a backward
-  bool cached = false;             // the last forward was decoding (its rows attended the cache)
+  int64_t batch = 0, seq = 0;     // shape of the last forward
+  std::vector<Segment> segments;  // of the last forward
+  bool inference = false;         // the last forward kept no activations for a backward
+  bool cached = false;            // the last forward was decoding (its rows attended the cache)
+  // The last forward attended qkv rounded to bf16 (blocks[l].qkv16; then blocks[l].qkv may be
+  // unwritten: see GPT::run).
+  bool attended_bf16 = false;
   std::vector<int64_t> positions;  // [rows] packed sequences: each row's position
   std::vector<Buffer> x;           // [n_layer + 1] residual stream, [rows, C] each (inference:
                                    // x[0], then x[1] and x[2] in turn)

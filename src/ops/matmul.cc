@@ -26,7 +26,11 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
         "matmul: both inputs must be float32 or both bf16");
   const int64_t m = a.rows, n = b.cols, k = a.cols;
   if (m == 0 || n == 0) return;
+  const bool out16 = c.data16 != nullptr;
+  check(!out16 || (c.beta == 0.0f && !c.data),
+        "matmul: a bf16 output needs beta = 0 and no float32 c");
   if (k == 0) {
+    check(!out16, "matmul: K = 0 with a bf16 output");
     // oneDNN rejects K = 0; the product is empty, so c = beta · c.
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j)
@@ -37,7 +41,7 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   check(!c.activation || (c.beta == 0.0f && *c.activation != Activation::swiglu),
         "matmul: an epilogue activation needs beta = 0 and an element-wise kind");
   OmpThreadsGuard threads(ctx.num_threads());
-  if (m * n * k < kPrimitiveMinWork && !bf16) {  // (oneDNN 2.6 has no bf16 gemm function)
+  if (m * n * k < kPrimitiveMinWork && !bf16 && !out16) {  // (oneDNN 2.6 has no bf16 gemm function)
     float beta = c.beta;
     if (c.bias) {
       for (int64_t i = 0; i < m; ++i)
@@ -71,7 +75,8 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
                           a.transposed ? memory::dims{1, a.ld} : memory::dims{a.ld, 1});
   const memory::desc b_md({k, n}, in_type,
                           b.transposed ? memory::dims{1, b.ld} : memory::dims{b.ld, 1});
-  const memory::desc c_md({m, n}, memory::data_type::f32, memory::dims{c.ld, 1});
+  const memory::desc c_md({m, n}, out16 ? memory::data_type::bf16 : memory::data_type::f32,
+                          memory::dims{c.ld, 1});
   try {
     dnnl::primitive_attr attr;
     if (c.alpha != 1.0f) attr.set_output_scales(0, {c.alpha});
@@ -98,7 +103,7 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
         bm(b_md, engine,
            bf16 ? static_cast<void*>(const_cast<headlight::bf16*>(b.bf16))
                 : static_cast<void*>(const_cast<float*>(b.data)));
-    memory cm(c_md, engine, c.data);
+    memory cm(c_md, engine, out16 ? static_cast<void*>(c.data16) : static_cast<void*>(c.data));
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
     if (c.bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, engine, const_cast<float*>(c.bias)));
@@ -131,6 +136,19 @@ void linear_forward_bf16(ThreadContext& ctx, const LinearShape& s, const bf16* x
        .transposed = true,
        .bf16 = weight},
       {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .activation = activation});
+}
+
+void linear_forward_bf16_rounded(ThreadContext& ctx, const LinearShape& s, const bf16* x,
+                                 int64_t ldx, const bf16* weight, const float* bias, bf16* y16,
+                                 int64_t ldy) {
+  if (s.rows == 0 || s.out_features == 0) return;
+  matmul(ctx, {.rows = s.rows, .cols = s.in_features, .ld = ldx, .bf16 = x},
+         {.rows = s.in_features,
+          .cols = s.out_features,
+          .ld = s.in_features,
+          .transposed = true,
+          .bf16 = weight},
+         {.ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .data16 = y16});
 }
 
 void linear_backward(ThreadContext& ctx, const LinearShape& s, const float* x, int64_t ldx,

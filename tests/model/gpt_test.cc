@@ -287,6 +287,59 @@ TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndTrainInMixedPrecision) {
   EXPECT_TRUE(std::isfinite(out[0]));
 }
 
+TEST(GPT, Bf16AttentionFromRoundedProductsTrainsAndShowsItsHeads) {
+  // From 128 rows a bf16 model attends q, k, v rounded to bf16; without RoPE the q/k/v product
+  // writes them only rounded (the float32 qkv rows stay unwritten). Training then tracks float32
+  // (loss within 1%, every gradient within 3% of the largest), and head_attention shows the rows
+  // the forward attended, not stale float32 ones: an fp32 forward of other tokens first leaves
+  // its qkv in the buffer, and the bf16 forward's heads must still match fp32's on the same tokens
+  // (within bf16 rounding), not those other tokens'.
+  GPTConfig c = small_config();
+  c.positional = Positional::learned;
+  c.block_size = 128;
+  c.n_embd = 64;
+  GPT m(c, 21);
+  ThreadContext ctx(2);
+  const int64_t T = 128;
+  const auto t = tokens_for(T, c.vocab_size, 22), other = tokens_for(T, c.vocab_size, 23);
+  std::vector<int32_t> targets(t.begin() + 1, t.end());
+  targets.push_back(0);
+  m.zero_grads();
+  const double loss32 = m.forward_backward(ctx, t.data(), targets.data(), 1, T);
+  const std::vector<float> g32(m.grads(), m.grads() + m.layout().total());
+  m.set_dtype(DType::bf16);
+  m.zero_grads();
+  const double loss16 = m.forward_backward(ctx, t.data(), targets.data(), 1, T);
+  EXPECT_NEAR(loss16, loss32, 0.01 * loss32);
+  double gmax = 0, gdiff = 0;
+  for (int64_t i = 0; i < m.layout().total(); ++i) {
+    gmax = std::max(gmax, double(std::fabs(g32[static_cast<size_t>(i)])));
+    gdiff = std::max(gdiff, double(std::fabs(m.grads()[i] - g32[static_cast<size_t>(i)])));
+  }
+  EXPECT_GT(gdiff, 0.0);
+  EXPECT_LT(gdiff, 0.03 * gmax);
+  ForwardOptions o;
+  o.inference = false;  // a training forward keeps every layer's rows
+  std::vector<float> want(static_cast<size_t>(T * T)), got(want.size()), stale(want.size());
+  m.set_dtype(DType::f32);
+  m.forward(ctx, other.data(), 1, T, o);
+  m.head_attention(ctx, 1, 2, stale.data());
+  m.forward(ctx, t.data(), 1, T, o);
+  m.head_attention(ctx, 1, 2, want.data());
+  m.forward(ctx, other.data(), 1, T, o);  // the float32 rows of `other` left in the buffer
+  m.set_dtype(DType::bf16);
+  m.forward(ctx, t.data(), 1, T, o);
+  m.head_attention(ctx, 1, 2, got.data());
+  double diff = 0, apart = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, double(std::fabs(got[i] - want[i])));
+    apart = std::max(apart, double(std::fabs(stale[i] - want[i])));
+  }
+  EXPECT_GT(apart, 5e-3);       // the two token streams' heads differ (here by 0.016)
+  EXPECT_LT(diff, apart / 20);  // the bf16 forward's heads are its own tokens' (here 6·10⁻⁵)
+  m.set_dtype(DType::f32);
+}
+
 TEST(GPT, Bf16DecodingKeepsTheKVCacheInBf16) {
   // At 512 rows the full bf16 forward's attention reads q, k, v rounded to bf16, as decoding's
   // does from its bf16 cache: a prefill of the same tokens through the cache gives the same last

@@ -36,6 +36,9 @@ struct OutputArg {
   // Applied to every element last, in the product's epilogue (an element-wise kind; with beta = 0
   // only).
   std::optional<Activation> activation{};
+  // When set, c is written here rounded to bf16 (round to nearest even, after the bias and the
+  // activation) instead of into data; beta must be 0.
+  headlight::bf16* data16 = nullptr;
 };
 
 // c[a.rows, b.cols] = alpha · a[a.rows, a.cols] · b[b.rows, b.cols] + beta · c (+ bias).
@@ -60,6 +63,12 @@ void linear_forward(ThreadContext& ctx, const LinearShape& s, const float* x, in
 void linear_forward_bf16(ThreadContext& ctx, const LinearShape& s, const bf16* x, int64_t ldx,
                          const bf16* weight, const float* bias, float* y, int64_t ldy,
                          std::optional<Activation> activation = std::nullopt);
+
+// linear_forward_bf16 with y written rounded to bf16 (y16, leading dim ldy): the product's own
+// epilogue rounds it, so no float32 y is written or read.
+void linear_forward_bf16_rounded(ThreadContext& ctx, const LinearShape& s, const bf16* x,
+                                 int64_t ldx, const bf16* weight, const float* bias, bf16* y16,
+                                 int64_t ldy);
 
 // Gradients of linear_forward given dy[rows, out] (leading dim ldy). Each output pointer may be
 // null to skip it; results are accumulated (+=) when `accumulate` is true, else overwritten.
