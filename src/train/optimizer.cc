@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "headlight/ops/adamw.h"
+
 namespace headlight::train {
 
 AdamW::AdamW(const model::ParameterLayout& layout, const AdamWConfig& config)
@@ -23,21 +25,18 @@ void AdamW::step(ThreadContext& ctx, float* params, const float* grads, float lr
   const double t = static_cast<double>(steps_);
   const float bc1 = static_cast<float>(1.0 - std::pow(static_cast<double>(b1), t));
   const float bc2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(static_cast<double>(b2), t)));
-  const float step_size = lr / bc1;
-  const float decay = 1.0f - lr * config_.weight_decay;
-  float* m = m_.data();
-  float* v = v_.data();
-  const uint8_t* dec = decay_.data();
-  ctx.parallel_for(m_.numel(), [&](Range r, int) {
-    for (int64_t i = r.begin; i < r.end; ++i) {
-      const float p = dec[i] ? params[i] * decay : params[i];
-      const float g = grads[i];
-      m[i] = b1 * m[i] + (1.0f - b1) * g;
-      v[i] = b2 * v[i] + (1.0f - b2) * g * g;
-      const float denom = std::sqrt(v[i]) / bc2_sqrt + config_.eps;
-      params[i] = p - step_size * m[i] / denom;
-    }
-  });
+  ops::adamw_update(ctx, {.params = params,
+                          .grads = grads,
+                          .m = m_.data(),
+                          .v = v_.data(),
+                          .decay = decay_.data(),
+                          .n = m_.numel(),
+                          .beta1 = b1,
+                          .beta2 = b2,
+                          .eps = config_.eps,
+                          .step_size = lr / bc1,
+                          .decay_factor = 1.0f - lr * config_.weight_decay,
+                          .bc2_sqrt = bc2_sqrt});
 }
 
 double clip_grad_norm(ThreadContext& ctx, float* grads, int64_t n, double max_norm) {
