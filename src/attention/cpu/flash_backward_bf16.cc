@@ -16,7 +16,10 @@
 //
 // Items and determinism as in flash_backward.cc: (batch, kv head, chunk of query rows), the chunk
 // count from L_q alone; every item writes its chunk's slice of fp32 partial dK and dV, added in
-// chunk order at the end (then rounded into bf16 gradients, or copied into fp32 ones).
+// chunk order at the end (then rounded into bf16 gradients, or copied into fp32 ones). With one
+// chunk and fp32 gradients there is nothing to add: the items write dK and dV in place. With one
+// chunk and few key blocks an item also packs its own keys (into its scratch, kept in L2) rather
+// than reading a packing shared by all items.
 
 #include <algorithm>
 #include <cstring>

@@ -59,15 +59,15 @@ bool wants_stats(const AttentionParams& p) {
   return p.entropy != nullptr || p.argmax != nullptr || p.max_weight != nullptr;
 }
 
-// Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
-// structural ranges, leaving the running state (o, m, per-lane l) in w.
 // (b, g)'s key blocks in pack_keys's buffer.
 const float* blocks_of(const AttentionParams& p, const Plan& plan, const float* packed, int64_t b,
                        int64_t g) {
   return packed + (b * p.shape.kv_heads + g) * plan.kv_blocks * plan.block_floats;
 }
 
-// `blocks` holds (b, g)'s packed key blocks, or is null: keys and values read where they lie.
+// Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
+// structural ranges, leaving the running state (o, m, per-lane l) in w. `blocks` holds (b, g)'s
+// packed key blocks, or is null: keys and values read where they lie.
 void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& w,
                      const float* blocks, int64_t b, int64_t g, int64_t i0, int64_t rows,
                      int64_t key_lo, int64_t key_hi) {
