@@ -177,7 +177,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       if (o.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       if (plan.bf16)
         pv_tile_bf16(plan, w, round_in_softmax ? nullptr : w.s, rows, cols, kt,
-                     w.o + hg * plan.br * plan.dv_pad, w.alpha);
+                     w.o + hg * plan.br * plan.dv_pad, w.alpha, first_row_columns(p, tile));
       else
         kernels::pv_tile(w.s, plan.bc_pad, rows, cols, v, ldv, plan.dv_pad,
                          w.o + hg * plan.br * plan.dv_pad, plan.dv_pad, w.alpha);

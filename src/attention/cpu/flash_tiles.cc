@@ -47,6 +47,11 @@ Scratch carve(float* base, const Plan& plan) {
   return s;
 }
 
+int64_t first_row_columns(const AttentionParams& p, const TilePos& t) {
+  if (!t.partial) return t.cols;
+  return std::clamp<int64_t>(key_range(p, t.b, t.i0).hi - t.j0 + 1, 0, t.cols);
+}
+
 // Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
 // boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
 void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t cols_pad, float* s,
@@ -104,11 +109,21 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
                           static_cast<size_t>(plan.pairs), static_cast<size_t>(cols_pad),
                           raw ? 1.0f : effective_scale(p), s, static_cast<size_t>(plan.bc_pad));
   } else if (plan.bf16) {  // q: pair words (pack_query_pairs), ldq in words
-    kernels::qk_tile_bf16(reinterpret_cast<const uint32_t*>(q), static_cast<size_t>(ldq),
-                          static_cast<size_t>(t.rows), reinterpret_cast<const uint32_t*>(kt),
-                          static_cast<size_t>(plan.bc_pad), static_cast<size_t>(plan.pairs),
-                          static_cast<size_t>(cols_pad), effective_scale(p), s,
-                          static_cast<size_t>(plan.bc_pad));
+    // On a diagonal, each block of rows only up to its last row's last key (the columns past it
+    // are made −inf by the masks below).
+    const int64_t first = first_row_columns(p, t);
+    const int64_t block = first < t.cols ? kDiagonalRows : t.rows;
+    for (int64_t r0 = 0; r0 < t.rows; r0 += block) {
+      const int64_t n = std::min(block, t.rows - r0);
+      const int64_t need = std::min(cols_pad, round_up(std::min(t.cols, first + r0 + n - 1), 16));
+      if (need <= 0) continue;
+      kernels::qk_tile_bf16(reinterpret_cast<const uint32_t*>(q) + r0 * ldq,
+                            static_cast<size_t>(ldq), static_cast<size_t>(n),
+                            reinterpret_cast<const uint32_t*>(kt), static_cast<size_t>(plan.bc_pad),
+                            static_cast<size_t>(plan.pairs), static_cast<size_t>(need),
+                            effective_scale(p), s + r0 * plan.bc_pad,
+                            static_cast<size_t>(plan.bc_pad));
+    }
   } else if (kt) {
     kernels::qk_tile(q, ldq, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
   } else {  // keys read where they lie (decode); q is scaled
@@ -411,7 +426,7 @@ void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int
 }
 
 void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t rows, int64_t cols,
-                  const float* v_block, float* o, const float* alpha) {
+                  const float* v_block, float* o, const float* alpha, int64_t first) {
   const auto bc = static_cast<size_t>(plan.bc_pad);
   const int64_t cols_pad = round_up(cols, plan.lanes);
   if (s)
@@ -429,11 +444,18 @@ void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t ro
                           static_cast<size_t>(plan.dv_pad), alpha);
     return;
   }
-  kernels::pv_tile_bf16(reinterpret_cast<const uint32_t*>(w.pb), bc / 2, static_cast<size_t>(rows),
-                        static_cast<size_t>((cols + 1) / 2),
-                        reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
-                        static_cast<size_t>(plan.dv_pad), static_cast<size_t>(plan.dv_pad), o,
-                        static_cast<size_t>(plan.dv_pad), alpha);
+  // On a diagonal, each block of rows only up to its last row's last key (the weights past it
+  // are 0: skipping them is exact).
+  const int64_t block = first < cols ? kDiagonalRows : rows;
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t n = std::min(block, rows - r0);
+    const int64_t need = std::clamp<int64_t>(first + r0 + n - 1, 0, cols);
+    const auto ldo = static_cast<size_t>(plan.dv_pad);
+    kernels::pv_tile_bf16(reinterpret_cast<const uint32_t*>(w.pb + r0 * plan.bc_pad), bc / 2,
+                          static_cast<size_t>(n), static_cast<size_t>((need + 1) / 2),
+                          reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
+                          ldo, ldo, o + r0 * plan.dv_pad, ldo, alpha ? alpha + r0 : nullptr);
+  }
 }
 
 // Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].

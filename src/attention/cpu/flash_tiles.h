@@ -119,6 +119,13 @@ KeySpan rows_key_span(const AttentionParams& p, int64_t b, int64_t i0, int64_t i
 // Carves one worker's scratch.
 Scratch carve(float* base, const Plan& plan);
 
+// The columns row 0 of tile t may need: row r needs at most min(cols, first + r), because the
+// structural last key grows by at most one per row (causal, windows, key lengths); t.cols when
+// the tile is not partial. The bf16 tiles of a diagonal skip, per block of kDiagonalRows rows,
+// the columns none of the block's rows may attend to (their scores are −inf, their weights 0).
+int64_t first_row_columns(const AttentionParams& p, const TilePos& t);
+constexpr int64_t kDiagonalRows = 6;  // the vdpbf16ps register tiles' rows
+
 // Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
 // boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
 void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t cols_pad, float* s,
@@ -196,7 +203,8 @@ void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int
 // bf16: the probabilities of a tile (s [rows, bc_pad], fp32; or, s null, already rounded into w.pb
 // by the softmax) rounded to bf16 and multiplied into o [rows, dv_pad] with the packed values v of
 // the block: o = α ⊙ o + round(P) · V.
+// first: first_row_columns of the tile (rows past a row block's last needed column are skipped).
 void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t rows, int64_t cols,
-                  const float* v_block, float* o, const float* alpha);
+                  const float* v_block, float* o, const float* alpha, int64_t first);
 
 }  // namespace headlight::attention::cpu
