@@ -124,8 +124,17 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
                             effective_scale(p), s + r0 * plan.bc_pad,
                             static_cast<size_t>(plan.bc_pad));
     }
-  } else if (kt) {
-    kernels::qk_tile(q, ldq, t.rows, kt, plan.bc_pad, D, cols_pad, s, plan.bc_pad);
+  } else if (kt) {  // on a diagonal, by blocks of rows as the bf16 tiles above
+    const int64_t first = first_row_columns(p, t);
+    const int64_t block = first < t.cols ? kDiagonalRows : t.rows;
+    for (int64_t r0 = 0; r0 < t.rows; r0 += block) {
+      const int64_t n = std::min(block, t.rows - r0);
+      const int64_t need =
+          std::min(cols_pad, round_up(std::min(t.cols, first + r0 + n - 1), plan.lanes));
+      if (need > 0)
+        kernels::qk_tile(q + r0 * ldq, ldq, n, kt, plan.bc_pad, D, need, s + r0 * plan.bc_pad,
+                         plan.bc_pad);
+    }
   } else {  // keys read where they lie (decode); q is scaled
     kernels::dot_tile(q, ldq, t.rows, p.k.at(t.b, t.h / plan.group, t.j0), p.k.row_stride, D,
                       t.cols, s, plan.bc_pad);
