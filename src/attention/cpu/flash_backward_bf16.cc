@@ -274,9 +274,6 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
         // per block of kDiagonalRows rows only up to the block's last row's last key: S past it
         // is −inf and dP' 0 (written), so P, dS and their products are 0 there, as computed.
         const int64_t first = engine.amx ? tcols : first_row_columns(p, tile);
-        auto block_keys = [&](int64_t r0, int64_t n) {  // keys rows [r0, r0 + n) may attend to
-          return std::clamp<int64_t>(first + r0 + n - 1, 0, tcols);
-        };
         // out[rows, cols_pad] = scale · x · b (pair words), by blocks on a diagonal; `fill` past
         // each block's keys.
         auto scores = [&](const uint32_t* x, int64_t ldx, const uint32_t* b, int64_t pairs,
@@ -285,16 +282,15 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
             return engine.scores(x, static_cast<size_t>(ldx), static_cast<size_t>(r16), b,
                                  static_cast<size_t>(bc), static_cast<size_t>(pairs),
                                  static_cast<size_t>(cols_pad), sc, out, static_cast<size_t>(bc));
-          for (int64_t r0 = 0; r0 < rows; r0 += kDiagonalRows) {
-            const int64_t n = std::min(kDiagonalRows, rows - r0);
-            const int64_t need = std::min(cols_pad, round_up(block_keys(r0, n), 16));
+          for_diagonal_blocks(rows, tcols, first, [&](int64_t r0, int64_t n, int64_t keys) {
+            const int64_t need = std::min(cols_pad, round_up(keys, 16));
             if (need > 0)
               engine.scores(x + r0 * ldx, static_cast<size_t>(ldx), static_cast<size_t>(n), b,
                             static_cast<size_t>(bc), static_cast<size_t>(pairs),
                             static_cast<size_t>(need), sc, out + r0 * bc, static_cast<size_t>(bc));
             for (int64_t r = r0; r < r0 + n; ++r)
               std::fill(out + r * bc + need, out + r * bc + cols_pad, fill);
-          }
+          });
         };
         // S (scaled) and P.
         scores(w.qp + (hg * cr + at) * a.p16, a.p16, kt, a.p16, scale, w.s, kNegInf);
@@ -332,14 +328,12 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
                             static_cast<size_t>(a.d16), static_cast<size_t>(cols32 / 32),
                             static_cast<size_t>(a.d16), dq_rows, static_cast<size_t>(a.d16));
         else
-          for (int64_t r0 = 0; r0 < rows; r0 += kDiagonalRows) {
-            const int64_t n = std::min(kDiagonalRows, rows - r0);
-            engine.accumulate(w.ds + r0 * bc, static_cast<size_t>(bc), static_cast<size_t>(n), kp,
-                              static_cast<size_t>(a.d16),
-                              static_cast<size_t>(round_up(block_keys(r0, n), 32) / 32),
-                              static_cast<size_t>(a.d16), dq_rows + r0 * a.d16,
-                              static_cast<size_t>(a.d16));
-          }
+          for_diagonal_blocks(rows, tcols, first, [&](int64_t r0, int64_t n, int64_t keys) {
+            engine.accumulate(
+                w.ds + r0 * bc, static_cast<size_t>(bc), static_cast<size_t>(n), kp,
+                static_cast<size_t>(a.d16), static_cast<size_t>(round_up(keys, 32) / 32),
+                static_cast<size_t>(a.d16), dq_rows + r0 * a.d16, static_cast<size_t>(a.d16));
+          });
       }
     }
     // dK = scale · dKᵀᵀ and dV = dVᵀᵀ, 16 rows of the transposes at a time (each row of dK and dV

@@ -178,17 +178,12 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       if (plan.bf16)
         pv_tile_bf16(plan, w, round_in_softmax ? nullptr : w.s, rows, cols, kt,
                      w.o + hg * plan.br * plan.dv_pad, w.alpha, first_row_columns(p, tile));
-      else {  // on a diagonal, each block of rows up to its last key (the weights past it are 0)
-        const int64_t first = first_row_columns(p, tile);
-        const int64_t block = first < cols ? kDiagonalRows : rows;
-        float* o_rows = w.o + hg * plan.br * plan.dv_pad;
-        for (int64_t r0 = 0; r0 < rows; r0 += block) {
-          const int64_t n = std::min(block, rows - r0);
-          kernels::pv_tile(w.s + r0 * plan.bc_pad, plan.bc_pad, n,
-                           std::clamp<int64_t>(first + r0 + n - 1, 0, cols), v, ldv, plan.dv_pad,
-                           o_rows + r0 * plan.dv_pad, plan.dv_pad, w.alpha + r0);
-        }
-      }
+      else  // on a diagonal, each block of rows up to its last key (the weights past it are 0)
+        for_diagonal_blocks(
+            rows, cols, first_row_columns(p, tile), [&](int64_t r0, int64_t n, int64_t keys) {
+              kernels::pv_tile(w.s + r0 * plan.bc_pad, plan.bc_pad, n, keys, v, ldv, plan.dv_pad,
+                               w.o + (hg * plan.br + r0) * plan.dv_pad, plan.dv_pad, w.alpha + r0);
+            });
     }
   }
 }

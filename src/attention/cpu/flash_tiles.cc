@@ -111,30 +111,24 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
   } else if (plan.bf16) {  // q: pair words (pack_query_pairs), ldq in words
     // On a diagonal, each block of rows only up to its last row's last key (the columns past it
     // are made −inf by the masks below).
-    const int64_t first = first_row_columns(p, t);
-    const int64_t block = first < t.cols ? kDiagonalRows : t.rows;
-    for (int64_t r0 = 0; r0 < t.rows; r0 += block) {
-      const int64_t n = std::min(block, t.rows - r0);
-      const int64_t need = std::min(cols_pad, round_up(std::min(t.cols, first + r0 + n - 1), 16));
-      if (need <= 0) continue;
-      kernels::qk_tile_bf16(reinterpret_cast<const uint32_t*>(q) + r0 * ldq,
-                            static_cast<size_t>(ldq), static_cast<size_t>(n),
-                            reinterpret_cast<const uint32_t*>(kt), static_cast<size_t>(plan.bc_pad),
-                            static_cast<size_t>(plan.pairs), static_cast<size_t>(need),
-                            effective_scale(p), s + r0 * plan.bc_pad,
-                            static_cast<size_t>(plan.bc_pad));
-    }
+    for_diagonal_blocks(
+        t.rows, t.cols, first_row_columns(p, t), [&](int64_t r0, int64_t n, int64_t keys) {
+          if (keys == 0) return;
+          kernels::qk_tile_bf16(
+              reinterpret_cast<const uint32_t*>(q) + r0 * ldq, static_cast<size_t>(ldq),
+              static_cast<size_t>(n), reinterpret_cast<const uint32_t*>(kt),
+              static_cast<size_t>(plan.bc_pad), static_cast<size_t>(plan.pairs),
+              static_cast<size_t>(std::min(cols_pad, round_up(keys, 16))), effective_scale(p),
+              s + r0 * plan.bc_pad, static_cast<size_t>(plan.bc_pad));
+        });
   } else if (kt) {  // on a diagonal, by blocks of rows as the bf16 tiles above
-    const int64_t first = first_row_columns(p, t);
-    const int64_t block = first < t.cols ? kDiagonalRows : t.rows;
-    for (int64_t r0 = 0; r0 < t.rows; r0 += block) {
-      const int64_t n = std::min(block, t.rows - r0);
-      const int64_t need =
-          std::min(cols_pad, round_up(std::min(t.cols, first + r0 + n - 1), plan.lanes));
-      if (need > 0)
-        kernels::qk_tile(q + r0 * ldq, ldq, n, kt, plan.bc_pad, D, need, s + r0 * plan.bc_pad,
-                         plan.bc_pad);
-    }
+    for_diagonal_blocks(t.rows, t.cols, first_row_columns(p, t),
+                        [&](int64_t r0, int64_t n, int64_t keys) {
+                          if (keys > 0)
+                            kernels::qk_tile(q + r0 * ldq, ldq, n, kt, plan.bc_pad, D,
+                                             std::min(cols_pad, round_up(keys, plan.lanes)),
+                                             s + r0 * plan.bc_pad, plan.bc_pad);
+                        });
   } else {  // keys read where they lie (decode); q is scaled
     kernels::dot_tile(q, ldq, t.rows, p.k.at(t.b, t.h / plan.group, t.j0), p.k.row_stride, D,
                       t.cols, s, plan.bc_pad);
@@ -455,16 +449,13 @@ void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t ro
   }
   // On a diagonal, each block of rows only up to its last row's last key (the weights past it
   // are 0: skipping them is exact).
-  const int64_t block = first < cols ? kDiagonalRows : rows;
-  for (int64_t r0 = 0; r0 < rows; r0 += block) {
-    const int64_t n = std::min(block, rows - r0);
-    const int64_t need = std::clamp<int64_t>(first + r0 + n - 1, 0, cols);
-    const auto ldo = static_cast<size_t>(plan.dv_pad);
+  const auto ldo = static_cast<size_t>(plan.dv_pad);
+  for_diagonal_blocks(rows, cols, first, [&](int64_t r0, int64_t n, int64_t keys) {
     kernels::pv_tile_bf16(reinterpret_cast<const uint32_t*>(w.pb + r0 * plan.bc_pad), bc / 2,
-                          static_cast<size_t>(n), static_cast<size_t>((need + 1) / 2),
+                          static_cast<size_t>(n), static_cast<size_t>((keys + 1) / 2),
                           reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
                           ldo, ldo, o + r0 * plan.dv_pad, ldo, alpha ? alpha + r0 : nullptr);
-  }
+  });
 }
 
 // Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].

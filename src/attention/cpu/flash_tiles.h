@@ -4,6 +4,7 @@
 // values and queries. No SIMD here: the inner loops are in flash_kernels.h.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -125,6 +126,18 @@ Scratch carve(float* base, const Plan& plan);
 // the columns none of the block's rows may attend to (their scores are −inf, their weights 0).
 int64_t first_row_columns(const AttentionParams& p, const TilePos& t);
 constexpr int64_t kDiagonalRows = 6;  // the vdpbf16ps register tiles' rows
+
+// fn(r0, n, keys) for each block of rows [r0, r0 + n) of a tile of `rows` × `cols` whose row 0
+// needs `first` columns: keys = the columns the block's rows may need (0 .. cols). One block of
+// every row when the tile is not on a diagonal (first ≥ cols).
+template <class Fn>
+void for_diagonal_blocks(int64_t rows, int64_t cols, int64_t first, Fn&& fn) {
+  const int64_t block = first < cols ? kDiagonalRows : rows;
+  for (int64_t r0 = 0; r0 < rows; r0 += block) {
+    const int64_t n = std::min(block, rows - r0);
+    fn(r0, n, std::clamp<int64_t>(first + r0 + n - 1, 0, cols));
+  }
+}
 
 // Per-element part of the scores of one tile: ALiBi, the additive mask, and −inf where the
 // boolean mask or (on partial tiles) the structural ranges forbid; padded columns become −inf.
