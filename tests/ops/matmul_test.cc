@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "headlight/core/bf16.h"
@@ -89,6 +91,44 @@ TEST(Matmul, Bf16InputsMatchTheExactProductOfTheirValues) {
   const bf16 h{};
   EXPECT_THROW(matmul(ctx, {&x, 1, 1, 1}, {.rows = 1, .cols = 1, .ld = 1, .bf16 = &h}, {&x, 1}),
                Error);
+}
+
+TEST(Matmul, Bf16OutputIsTheFloat32OutputRoundedOnce) {
+  // The product's epilogue rounds to bf16 (nearest even) after the bias: the float32 output of the
+  // same product rounded once, element for element; K = 0 gives zeros; beta or a float32 output
+  // beside it are refused by name.
+  ThreadContext ctx(2);
+  for (const int64_t k : {int64_t{0}, int64_t{64}, int64_t{129}}) {
+    const int64_t m = 200, n = 96, ldc = n + 5;
+    auto a = random_vector(static_cast<size_t>(m * std::max<int64_t>(k, 1)), 7);
+    auto w = random_vector(static_cast<size_t>(n * std::max<int64_t>(k, 1)), 8);
+    auto bias = random_vector(static_cast<size_t>(n), 9);
+    std::vector<bf16> a16(a.size()), w16(w.size());
+    to_bf16(a.data(), a16.data(), a.size());
+    to_bf16(w.data(), w16.data(), w.size());
+    const LinearShape s{.rows = m, .in_features = k, .out_features = n};
+    std::vector<float> y(static_cast<size_t>(m * ldc));
+    std::vector<bf16> y16(y.size(), to_bf16(7.0f));
+    if (k > 0) linear_forward_bf16(ctx, s, a16.data(), k, w16.data(), bias.data(), y.data(), ldc);
+    linear_forward_bf16_rounded(ctx, s, a16.data(), k, w16.data(), k > 0 ? bias.data() : nullptr,
+                                y16.data(), ldc);
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j)
+        ASSERT_EQ(y16[i * ldc + j].bits, to_bf16(k > 0 ? y[i * ldc + j] : 0.0f).bits)
+            << k << " at " << i << "," << j;
+  }
+  float x = 0;
+  bf16 h{};
+  const MatrixArg one{.rows = 1, .cols = 1, .ld = 1, .bf16 = &h};
+  for (const OutputArg& bad : {OutputArg{.ld = 1, .beta = 1.0f, .data16 = &h},
+                               OutputArg{.data = &x, .ld = 1, .data16 = &h}}) {
+    try {
+      matmul(ctx, one, one, bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("bf16 output"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(Matmul, RejectsMismatchedInnerDimensions) {
