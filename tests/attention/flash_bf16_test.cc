@@ -427,6 +427,40 @@ TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {
   force_isa("best");
 }
 
+TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
+  // Query rows that are whole 32-bit words (even head dim, even row stride, word-aligned) are
+  // read where they lie; rows an odd number of elements apart, or starting between words, are
+  // packed first. Both give the bits of contiguous queries, causal and not, with GQA.
+  const AttentionShape s{2, 4, 2, 70, 90, 32, 24};
+  ThreadContext ctx(2);
+  for (const char* isa : {"best", "avx3_bf16"}) {
+    force_isa(isa);
+    for (const bool causal : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << isa << (causal ? " causal" : ""));
+      const AttentionOptions o{.causal = causal};
+      Bf16Problem plain(s, 21);
+      cpu::flash_forward(ctx, plain.params(o, true));
+      for (const auto& [pad, shift] : {std::pair<int64_t, int64_t>{1, 0}, {2, 1}, {2, 0}}) {
+        Bf16Problem moved(s, 21);
+        // Rows of head_dim + pad elements, starting `shift` elements into the buffer.
+        const int64_t row = s.head_dim + pad;
+        std::vector<bf16> q(static_cast<size_t>(shift + s.batch * s.heads * s.len_q * row));
+        for (int64_t r = 0; r < s.batch * s.heads * s.len_q; ++r)
+          std::copy_n(moved.q.begin() + r * s.head_dim, s.head_dim, q.begin() + shift + r * row);
+        AttentionParams p = moved.params(o, true);
+        p.q = Operand{.batch_stride = s.heads * s.len_q * row,
+                      .head_stride = s.len_q * row,
+                      .row_stride = row,
+                      .bf16 = q.data() + shift};
+        cpu::flash_forward(ctx, p);
+        for (size_t i = 0; i < plain.out.size(); ++i)
+          ASSERT_EQ(moved.out[i].bits, plain.out[i].bits) << "pad " << pad << " shift " << shift;
+      }
+    }
+  }
+  force_isa("best");
+}
+
 TEST(FlashBf16, BackwardIntoStridedFp32Gradients) {
   // fp32 gradients whose rows are not contiguous (the GPT engine's dq, dk, dv are columns of one
   // [tokens, (H + 2·Hkv)·D] buffer): with one query chunk the items write dK and dV there

@@ -88,7 +88,19 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   // and writes P rounded to bf16 when nothing changes P after it (no dropout).
   const bool raw_scores = plan.bf16 && scale_in_softmax(p, plan);
   const bool round_in_softmax = plan.bf16 && o.dropout_p == 0;
-  if (plan.bf16 && blocks)
+  // bf16 queries are read as pair words where they lie when each row is whole words (an even
+  // head dim, rows an even number of elements apart, word-aligned; vdpbf16ps needs no padding),
+  // else packed per head.
+  const bool q_words = plan.bf16 && blocks && !plan.amx && D % 2 == 0 && p.q.row_stride % 2 == 0 &&
+                       reinterpret_cast<uintptr_t>(p.q.bf16) % alignof(uint32_t) == 0 &&
+                       p.q.head_stride % 2 == 0 && p.q.batch_stride % 2 == 0;
+  auto q_rows = [&](int64_t hg) -> std::pair<const uint32_t*, int64_t> {
+    if (q_words)
+      return {reinterpret_cast<const uint32_t*>(p.q.bf16_at(b, g * G + hg, i0)),
+              p.q.row_stride / 2};
+    return {q_pairs + hg * plan.br * plan.pairs, plan.pairs};
+  };
+  if (plan.bf16 && blocks && !q_words)
     for (int64_t hg = 0; hg < G; ++hg)
       pack_query_pairs(p, plan, b, g * G + hg, i0, rows, q_pairs + hg * plan.br * plan.pairs);
   std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
@@ -152,9 +164,10 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
       const TilePos tile{b, h, i0, rows, j0, cols, partial};
-      if (plan.bf16)
-        score_tile(p, plan, reinterpret_cast<const float*>(q_pairs + hg * plan.br * plan.pairs),
-                   plan.pairs, tile, kt, w.s, raw_scores);
+      if (plan.bf16) {
+        const auto [q_hg, ldq] = q_rows(hg);
+        score_tile(p, plan, reinterpret_cast<const float*>(q_hg), ldq, tile, kt, w.s, raw_scores);
+      }
       else
         score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
@@ -245,22 +258,24 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
   const bool slab = p.out.is_bf16() && p.out.row_stride == Dv && plan.dv_pad == Dv;
   for (int64_t hg = 0; hg < plan.group; ++hg) {
     const int64_t h = g * plan.group + hg;
+    float* o = w.o + hg * plan.br * plan.dv_pad;
+    float* inv = w.alpha;  // free once the item's tiles are done
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t k = hg * plan.br + r;
-      float* o = w.o + k * plan.dv_pad;
-      const RowResult row{o, w.m[k], row_sum(plan, w, hg, r), stats ? w.ent[k] : 0.0f,
-                          stats ? w.best[k] : -1};
+      const RowResult row{o + r * plan.dv_pad, w.m[k], row_sum(plan, w, hg, r),
+                          stats ? w.ent[k] : 0.0f, stats ? w.best[k] : -1};
       if (!slab) {
         write_row(p, b, h, i0 + r, row);
         continue;
       }
-      const float inv = row.l > 0 ? 1.0f / row.l : 0.0f;
-      for (int64_t x = 0; x < Dv; ++x) o[x] *= inv;
-      write_row_stats(p, b, h, i0 + r, row, inv);
+      inv[r] = row.l > 0 ? 1.0f / row.l : 0.0f;
+      write_row_stats(p, b, h, i0 + r, row, inv[r]);
     }
-    if (slab)
-      to_bf16(w.o + hg * plan.br * plan.dv_pad, p.out.bf16_at(b, h, i0),
-              static_cast<size_t>(rows * Dv));
+    if (slab) {
+      kernels::scale_rows(o, static_cast<size_t>(Dv), static_cast<size_t>(rows),
+                          static_cast<size_t>(Dv), inv);
+      to_bf16(o, p.out.bf16_at(b, h, i0), static_cast<size_t>(rows * Dv));
+    }
   }
 }
 

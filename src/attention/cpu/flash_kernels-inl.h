@@ -488,6 +488,17 @@ void MulTile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
                  a + r * lds + c);
 }
 
+// x[r, c] ← x[r, c] · scale[r] over rows × cols (cols a multiple of the vector length).
+void ScaleRows(float* x, size_t ldx, size_t rows, size_t cols, const float* scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const VF f = hn::Set(d, scale[r]);
+    for (size_t c = 0; c < cols; c += L)
+      hn::StoreU(hn::Mul(hn::LoadU(d, x + r * ldx + c), f), d, x + r * ldx + c);
+  }
+}
+
 // s ← 1 − (s / cap)²: the derivative of cap·tanh(x / cap), from its value s.
 void SoftcapGradTile(float* s, size_t rows, size_t cols, size_t lds, float cap) {
   const DF d;

@@ -30,6 +30,7 @@ HWY_EXPORT(FloatLanes);
 HWY_EXPORT(AccumulateTransposed);
 HWY_EXPORT(SoftmaxGradTile);
 HWY_EXPORT(MulTile);
+HWY_EXPORT(ScaleRows);
 HWY_EXPORT(SoftcapGradTile);
 HWY_EXPORT(TransposeRows);
 HWY_EXPORT(TransposeWords);
@@ -100,6 +101,10 @@ void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size
 
 void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
   HWY_DYNAMIC_DISPATCH(MulTile)(a, b, rows, cols, lds);
+}
+
+void scale_rows(float* x, size_t ldx, size_t rows, size_t cols, const float* scale) {
+  HWY_DYNAMIC_DISPATCH(ScaleRows)(x, ldx, rows, cols, scale);
 }
 
 void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {

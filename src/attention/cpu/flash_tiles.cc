@@ -273,7 +273,11 @@ uint32_t pair_at(const bf16* row, int64_t dim, int64_t e) {
 
 void pack_pairs_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols,
                            int64_t width, int64_t pairs, int64_t ld, uint32_t* dst) {
-  std::fill(dst, dst + pairs * ld, 0u);
+  // Zero only what the loops below leave: the columns past `cols` of the pair rows they write,
+  // and the pair rows past the row's elements.
+  const int64_t written = std::min(pairs, (width + 1) / 2);
+  for (int64_t e = 0; e < written; ++e) std::fill(dst + e * ld + cols, dst + (e + 1) * ld, 0u);
+  std::fill(dst + written * ld, dst + pairs * ld, 0u);
   // A row's whole pairs are its 32-bit words (read as such), the last odd element alone. Rows
   // that start on words and lie an even number of elements apart are word rows: transposed 16
   // rows at a time, as pack_transposed does.
