@@ -289,15 +289,14 @@ TEST(FlashBf16, ItemsPackingTheirOwnKeysMatchTheSharedPacking) {
   std::vector<float> slopes = {0.1f, 0.2f, 0.3f, 0.4f};
   std::vector<uint8_t> allowed(static_cast<size_t>(shape.len_q * shape.len_kv));
   for (size_t i = 0; i < allowed.size(); ++i) allowed[i] = i % 7 != 3;
-  const AttentionOptions o{.causal = true,
-                           .alignment = Alignment::bottom_right,
-                           .alibi_slopes = slopes.data(),
-                           .softcap = 5.0f,
-                           .dropout_p = 0.1f,
-                           .dropout_seed = 3,
-                           .mask = {.kind = MaskKind::boolean,
-                                    .data = allowed.data(),
-                                    .row_stride = shape.len_kv}};
+  const AttentionOptions o{
+      .causal = true,
+      .alignment = Alignment::bottom_right,
+      .alibi_slopes = slopes.data(),
+      .softcap = 5.0f,
+      .dropout_p = 0.1f,
+      .dropout_seed = 3,
+      .mask = {.kind = MaskKind::boolean, .data = allowed.data(), .row_stride = shape.len_kv}};
   for_each_path([&] {
     for (const bool bf16_inputs : {false, true}) {
       SCOPED_TRACE(bf16_inputs ? "bf16" : "fp32");
