@@ -167,8 +167,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       if (plan.bf16) {
         const auto [q_hg, ldq] = q_rows(hg);
         score_tile(p, plan, reinterpret_cast<const float*>(q_hg), ldq, tile, kt, w.s, raw_scores);
-      }
-      else
+      } else
         score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
@@ -251,9 +250,11 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
               int64_t b, int64_t g, int64_t i0, int64_t rows) {
   accumulate_item(p, plan, w, blocks, b, g, i0, rows, 0, p.shape.len_kv);
   const bool stats = wants_stats(p);
-  // A bf16 output whose rows are contiguous, as the accumulators' are (Dv a whole number of
-  // vectors): each head's rows are scaled in place and rounded in one call (the same bits as
-  // write_row's; at D = 32 its per-row calls had been a tenth of the forward).
+  // The rows of a head are scaled by 1 / l in one vector pass: into a float32 output where it
+  // lies, or in place and then rounded in one call when a bf16 output's rows are contiguous, as
+  // the accumulators' are (Dv a whole number of vectors; at D = 32 per-row rounding calls had
+  // been a tenth of the forward). Other bf16 outputs go row by row (write_row). The same bits
+  // every way: each element is o · (1 / l), rounded once.
   const int64_t Dv = p.shape.value_dim;
   const bool slab = p.out.is_bf16() && p.out.row_stride == Dv && plan.dv_pad == Dv;
   for (int64_t hg = 0; hg < plan.group; ++hg) {
@@ -264,17 +265,20 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
       const int64_t k = hg * plan.br + r;
       const RowResult row{o + r * plan.dv_pad, w.m[k], row_sum(plan, w, hg, r),
                           stats ? w.ent[k] : 0.0f, stats ? w.best[k] : -1};
-      if (!slab) {
+      if (p.out.is_bf16() && !slab) {
         write_row(p, b, h, i0 + r, row);
         continue;
       }
       inv[r] = row.l > 0 ? 1.0f / row.l : 0.0f;
       write_row_stats(p, b, h, i0 + r, row, inv[r]);
     }
-    if (slab) {
-      kernels::scale_rows(o, static_cast<size_t>(Dv), static_cast<size_t>(rows),
-                          static_cast<size_t>(Dv), inv);
-      to_bf16(o, p.out.bf16_at(b, h, i0), static_cast<size_t>(rows * Dv));
+    const auto n = static_cast<size_t>(rows), width = static_cast<size_t>(Dv);
+    if (!p.out.is_bf16()) {
+      kernels::scale_rows(o, static_cast<size_t>(plan.dv_pad), n, width, inv, p.out.at(b, h, i0),
+                          static_cast<size_t>(p.out.row_stride));
+    } else if (slab) {
+      kernels::scale_rows(o, width, n, width, inv, o, width);
+      to_bf16(o, p.out.bf16_at(b, h, i0), n * width);
     }
   }
 }

@@ -488,14 +488,19 @@ void MulTile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
                  a + r * lds + c);
 }
 
-// x[r, c] ← x[r, c] · scale[r] over rows × cols (cols a multiple of the vector length).
-void ScaleRows(float* x, size_t ldx, size_t rows, size_t cols, const float* scale) {
+// dst[r, c] = x[r, c] · scale[r] over rows × cols (dst may be x); the last partial vector of a
+// row by a scalar loop.
+void ScaleRows(const float* x, size_t ldx, size_t rows, size_t cols, const float* scale, float* dst,
+               size_t ldd) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t r = 0; r < rows; ++r) {
     const VF f = hn::Set(d, scale[r]);
-    for (size_t c = 0; c < cols; c += L)
-      hn::StoreU(hn::Mul(hn::LoadU(d, x + r * ldx + c), f), d, x + r * ldx + c);
+    const float* src = x + r * ldx;
+    float* out = dst + r * ldd;
+    size_t c = 0;
+    for (; c + L <= cols; c += L) hn::StoreU(hn::Mul(hn::LoadU(d, src + c), f), d, out + c);
+    for (; c < cols; ++c) out[c] = src[c] * scale[r];
   }
 }
 

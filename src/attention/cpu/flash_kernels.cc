@@ -103,8 +103,9 @@ void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
   HWY_DYNAMIC_DISPATCH(MulTile)(a, b, rows, cols, lds);
 }
 
-void scale_rows(float* x, size_t ldx, size_t rows, size_t cols, const float* scale) {
-  HWY_DYNAMIC_DISPATCH(ScaleRows)(x, ldx, rows, cols, scale);
+void scale_rows(const float* x, size_t ldx, size_t rows, size_t cols, const float* scale,
+                float* dst, size_t ldd) {
+  HWY_DYNAMIC_DISPATCH(ScaleRows)(x, ldx, rows, cols, scale, dst, ldd);
 }
 
 void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {

@@ -70,8 +70,9 @@ void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size
                        const float* dot);
 // a ← a ⊙ b over rows × cols (leading dim lds for both).
 void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds);
-// x[r, c] ← x[r, c] · scale[r] over rows × cols (cols a multiple of float_lanes()).
-void scale_rows(float* x, size_t ldx, size_t rows, size_t cols, const float* scale);
+// dst[r, c] = x[r, c] · scale[r] over rows × cols (dst may be x: in place).
+void scale_rows(const float* x, size_t ldx, size_t rows, size_t cols, const float* scale,
+                float* dst, size_t ldd);
 // s ← 1 − (s / cap)², the derivative of cap·tanh(x / cap) from its value.
 void softcap_grad_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // dst[e·ld_dst + c] = scale · src[c·ld_src + e] for c < rows, e < width (packing Kᵀ, Vᵀ).
