@@ -460,6 +460,57 @@ TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
   force_isa("best");
 }
 
+TEST(FlashBf16, BackwardReadsRowsInAnyLayoutWithTheSameBits) {
+  // The backward's items read bf16 rows that are whole 32-bit words as words, other bf16 rows
+  // element by element, and fp32 rows through one rounding each. Query rows an odd number of
+  // elements apart or off word boundaries, and a bf16 output gradient holding the fp32 one's
+  // values (representable in bf16), give the bits of contiguous rows.
+  const AttentionShape s{2, 4, 2, 70, 90, 32, 24};
+  const AttentionOptions o{.causal = true};
+  ThreadContext ctx(2);
+  // x's [batch, heads, rows, dim] rows as bf16 at `dim + pad` elements apart, `shift` elements in.
+  auto spread = [&](const std::vector<bf16>& x, int64_t heads, int64_t dim, int64_t pad,
+                    int64_t shift, std::vector<bf16>& buf) {
+    const int64_t row = dim + pad, n = s.batch * heads * s.len_q;
+    buf.assign(static_cast<size_t>(shift + n * row), bf16{});
+    for (int64_t r = 0; r < n; ++r)
+      std::copy_n(x.begin() + r * dim, dim, buf.begin() + shift + r * row);
+    return Operand{.batch_stride = heads * s.len_q * row,
+                   .head_stride = s.len_q * row,
+                   .row_stride = row,
+                   .bf16 = buf.data() + shift};
+  };
+  for (const char* isa : {"best", "avx3_bf16"}) {
+    force_isa(isa);
+    SCOPED_TRACE(isa);
+    Bf16Problem plain(s, 33);
+    std::vector<bf16> dout16(plain.f.dout.size());
+    for (size_t i = 0; i < dout16.size(); ++i) {
+      dout16[i] = to_bf16(plain.f.dout[i]);
+      plain.f.dout[i] = to_float(dout16[i]);
+    }
+    AttentionParams pp = plain.params(o, false);
+    cpu::flash_forward(ctx, pp);
+    backward(ctx, pp, KernelChoice::fused);
+    for (const auto& [pad, shift] : {std::pair<int64_t, int64_t>{1, 0}, {2, 1}, {0, 0}}) {
+      SCOPED_TRACE(::testing::Message() << "pad " << pad << " shift " << shift);
+      Bf16Problem moved(s, 33);
+      moved.f.out = plain.f.out;
+      moved.f.lse = plain.f.lse;
+      std::vector<bf16> q, g;
+      AttentionParams p = moved.params(o, false);
+      p.q = spread(moved.q, s.heads, s.head_dim, pad, shift, q);
+      p.dout = spread(dout16, s.heads, s.value_dim, pad, shift, g);
+      backward(ctx, p, KernelChoice::fused);
+      for (auto [got, want] : {std::pair{&moved.f.dq, &plain.f.dq},
+                               {&moved.f.dk, &plain.f.dk},
+                               {&moved.f.dv, &plain.f.dv}})
+        for (size_t i = 0; i < want->size(); ++i) ASSERT_EQ((*got)[i], (*want)[i]) << i;
+    }
+  }
+  force_isa("best");
+}
+
 TEST(FlashBf16, BackwardIntoStridedFp32Gradients) {
   // fp32 gradients whose rows are not contiguous (the GPT engine's dq, dk, dv are columns of one
   // [tokens, (H + 2·Hkv)·D] buffer): with one query chunk the items write dK and dV there

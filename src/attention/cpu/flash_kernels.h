@@ -70,6 +70,11 @@ void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size
                        const float* dot);
 // a ← a ⊙ b over rows × cols (leading dim lds for both).
 void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds);
+// out[r] = Σ_x a[r, x] · b[r, x], x < width: each operand's rows fp32 (a32, b32) or bf16 (a16,
+// b16: the one that is not null), widened exactly; one running sum per vector lane (fused
+// multiply-adds), the lanes added at the end.
+void dot_rows(const float* a32, const bf16* a16, size_t lda, const float* b32, const bf16* b16,
+              size_t ldb, size_t rows, size_t width, float* out);
 // dst[r, c] = x[r, c] · scale[r] over rows × cols (dst may be x: in place).
 void scale_rows(const float* x, size_t ldx, size_t rows, size_t cols, const float* scale,
                 float* dst, size_t ldd);

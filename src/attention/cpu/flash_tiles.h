@@ -162,8 +162,8 @@ bool scale_in_softmax(const AttentionParams& p, const Plan& plan);
 void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds);
 
 // Backward: D_i = dO_i · O_i for every query row [batch, heads, len_q], from the values as they
-// are (float32 or bf16), summed in fp32: in order for the fp32 backward, in 16 interleaved running
-// sums for the bf16 one (bf16 inputs) and wherever O or dO is bf16.
+// are (float32 or bf16), summed in fp32: in order for the fp32 backward, in one running sum per
+// vector lane (kernels::dot_rows) for the bf16 one (bf16 inputs) and wherever O or dO is bf16.
 std::vector<float> output_dots(ThreadContext& ctx, const AttentionParams& p);
 
 // Backward: dK, dV [batch, kv_heads, len_kv, ·] = the sum of the chunks' partials
