@@ -78,11 +78,16 @@ void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x,
                   const float* dy, float* dx, bool accumulate_dx, float* dw, float* db,
                   const Bf16Products& b16 = {}) {
   if (b16.P16) {
-    const int64_t rows = s.rows, in = s.in_features, out = s.out_features;
+    const int64_t rows = s.rows, out = s.out_features;
     if (rows == 0 || out == 0) return;
-    products_bf16(ctx, s, x, w, rounded(ctx, dy, rows * out, *b16.dy16), dx, accumulate_dx, dw,
-                  b16);
-    if (dw && db) ops::linear_backward(ctx, s, x, in, w, dy, out, {nullptr, 0, nullptr, db, true});
+    // dy rounded for the products, and (with a bias) its column sums in the same pass.
+    Tensor& dy16 = *b16.dy16;
+    if (dy16.numel() < rows * out) dy16 = Tensor(DType::bf16, {rows * out});
+    if (dw && db)
+      ops::round_with_column_sums(ctx, rows, out, dy, dy16.data<bf16>(), db);
+    else
+      to_bf16(ctx, dy, dy16.data<bf16>(), rows * out);
+    products_bf16(ctx, s, x, w, dy16.data<bf16>(), dx, accumulate_dx, dw, b16);
     return;
   }
   if (dx)

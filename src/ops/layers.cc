@@ -307,6 +307,22 @@ void activation_backward_from_grad_bf16(ThreadContext& ctx, const ActivationShap
   if (dbias) add_partials(ctx, partial, n, F, dbias);
 }
 
+void round_with_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, const float* x, bf16* y,
+                            float* dbias) {
+  const int64_t n = chunks(rows);
+  // partial[n, cols] doubles, in the shared scratch (two floats each, 64-byte aligned).
+  auto* partial =
+      reinterpret_cast<double*>(ctx.shared_scratch().floats(static_cast<size_t>(2 * n * cols)));
+  ctx.parallel_items(n, [&](int64_t chunk, int) {
+    const int64_t r0 = chunk * kChunkRows, len = std::min(kChunkRows, rows - r0);
+    double* sums = partial + chunk * cols;
+    std::fill(sums, sums + cols, 0.0);
+    add_column_sums(x + r0 * cols, cols, len, cols, sums);  // the chunk's rows are still in L1/L2
+    to_bf16(x + r0 * cols, y + r0 * cols, static_cast<size_t>(len * cols));
+  });
+  add_partials(ctx, partial, n, cols, dbias);
+}
+
 void activation_backward(ThreadContext& ctx, const ActivationShape& s, const float* in,
                          const float* dout, float* din) {
   const int64_t F = s.width;

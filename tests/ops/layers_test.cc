@@ -295,6 +295,29 @@ INSTANTIATE_TEST_SUITE_P(Kinds, ActivationTest,
                                            Activation::relu, Activation::swiglu),
                          [](const auto& info) { return std::string(activation_name(info.param)); });
 
+TEST(RoundWithColumnSums, RoundsAsToBf16AndAddsTheColumnSums) {
+  // 75 rows (two whole chunks of 32 and a part), 45 columns: y is to_bf16 of x, bias gains the
+  // column sums (as linear_backward's, to the double sums' rounding), the same bits on 1 thread.
+  const int64_t rows = 75, cols = 45;
+  Tensor x = random_tensor({rows, cols}, 4);
+  ThreadContext ctx(2), one(1);
+  std::vector<bf16> y(rows * cols), y1(rows * cols);
+  std::vector<float> bias(cols, 0.25f), bias1(cols, 0.25f), ref(cols, 0.25f);
+  round_with_column_sums(ctx, rows, cols, x.data(), y.data(), bias.data());
+  round_with_column_sums(one, rows, cols, x.data(), y1.data(), bias1.data());
+  linear_backward(ctx, {.rows = rows, .in_features = 1, .out_features = cols}, nullptr, 1, nullptr,
+                  x.data(), cols, {nullptr, 0, nullptr, ref.data(), true});
+  for (int64_t i = 0; i < rows * cols; ++i) {
+    ASSERT_EQ(y[i].bits, to_bf16(x.data()[i]).bits) << i;
+    ASSERT_EQ(y1[i].bits, y[i].bits) << i;
+  }
+  for (int64_t j = 0; j < cols; ++j) {
+    EXPECT_NEAR(bias[j], ref[j], 1e-6 * std::max(1.0f, std::abs(ref[j]))) << j;
+    EXPECT_NE(bias[j], 0.25f) << j;  // the sums were added
+    EXPECT_EQ(bias1[j], bias[j]) << j;
+  }
+}
+
 TEST(CrossEntropy, MeanOverCountedRowsAndItsGradient) {
   const int64_t rows = 41, vocab = 67;
   Tensor logits = random_tensor({rows, vocab}, 9);

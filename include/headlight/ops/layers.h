@@ -123,4 +123,11 @@ double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float
 // SIMD across columns): a bias gradient's column sums.
 void add_column_sums(const float* x, int64_t ldx, int64_t rows, int64_t cols, double* sums);
 
+// Mixed precision's output gradient of a linear layer with a bias: y = x [rows, cols] rounded to
+// bf16 (as to_bf16 rounds), and x's column sums added to dbias (in double, over fixed chunks of
+// rows added in order, as activation_backward_from_grad_bf16 sums: the same bits for any thread
+// count). One pass over x where rounding and summing had been two.
+void round_with_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, const float* x, bf16* y,
+                            float* dbias);
+
 }  // namespace headlight::ops
