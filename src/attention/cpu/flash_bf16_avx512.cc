@@ -29,6 +29,12 @@
 
 #define HEADLIGHT_BF16_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
+// Put before every loop over a register tile's rows or vectors: a loop left rolled indexes the
+// accumulator array, which then lives on the stack. GCC 12 kept such loops' accumulators in
+// registers inside the reduction loop, but stored them to the stack at every call's start and end
+// and read them back: unrolled, the vdpbf16ps forward ran 6% faster (N = 512 causal and N = 2048,
+// D = 64, on Zen 4). The Highway tiles of flash_kernels-inl.h were unrolled already.
+#define HEADLIGHT_UNROLL _Pragma("GCC unroll 16")
 
 namespace headlight::attention::cpu::kernels::native {
 namespace {
@@ -38,20 +44,25 @@ HEADLIGHT_BF16_TARGET inline void QkMicro(const uint32_t* q, size_t ldq, const u
                                           size_t ldk, size_t pairs, float scale, float* s,
                                           size_t lds) {
   __m512 acc[R][NV];
-  for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  HEADLIGHT_UNROLL
+  for (size_t r = 0; r < R; ++r) HEADLIGHT_UNROLL
+  for (size_t v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (size_t e = 0; e < pairs; ++e) {
     __m512bh k[NV];
+    HEADLIGHT_UNROLL
     for (size_t v = 0; v < NV; ++v) k[v] = (__m512bh)_mm512_loadu_si512(kt + e * ldk + v * 16);
+    HEADLIGHT_UNROLL
     for (size_t r = 0; r < R; ++r) {
       const __m512bh qv = (__m512bh)_mm512_set1_epi32(static_cast<int>(q[r * ldq + e]));
+      HEADLIGHT_UNROLL
       for (size_t v = 0; v < NV; ++v) acc[r][v] = _mm512_dpbf16_ps(acc[r][v], qv, k[v]);
     }
   }
   const __m512 vs = _mm512_set1_ps(scale);
-  for (size_t r = 0; r < R; ++r)
-    for (size_t v = 0; v < NV; ++v)
-      _mm512_storeu_ps(s + r * lds + v * 16, _mm512_mul_ps(acc[r][v], vs));
+  HEADLIGHT_UNROLL
+  for (size_t r = 0; r < R; ++r) HEADLIGHT_UNROLL
+  for (size_t v = 0; v < NV; ++v)
+    _mm512_storeu_ps(s + r * lds + v * 16, _mm512_mul_ps(acc[r][v], vs));
 }
 
 template <size_t R>
@@ -72,21 +83,27 @@ HEADLIGHT_BF16_TARGET inline void PvMicro(const uint32_t* p, size_t ldp, size_t 
                                           const uint32_t* v, size_t ldv, float* o, size_t ldo,
                                           const float* alpha) {
   __m512 acc[R][NV];
+  HEADLIGHT_UNROLL
   for (size_t r = 0; r < R; ++r) {
     const __m512 al = _mm512_set1_ps(alpha ? alpha[r] : 1.0f);
+    HEADLIGHT_UNROLL
     for (size_t x = 0; x < NV; ++x)
       acc[r][x] = _mm512_mul_ps(al, _mm512_loadu_ps(o + r * ldo + x * 16));
   }
   for (size_t c = 0; c < pairs; ++c) {
     __m512bh vv[NV];
+    HEADLIGHT_UNROLL
     for (size_t x = 0; x < NV; ++x) vv[x] = (__m512bh)_mm512_loadu_si512(v + c * ldv + x * 16);
+    HEADLIGHT_UNROLL
     for (size_t r = 0; r < R; ++r) {
       const __m512bh pv = (__m512bh)_mm512_set1_epi32(static_cast<int>(p[r * ldp + c]));
+      HEADLIGHT_UNROLL
       for (size_t x = 0; x < NV; ++x) acc[r][x] = _mm512_dpbf16_ps(acc[r][x], pv, vv[x]);
     }
   }
-  for (size_t r = 0; r < R; ++r)
-    for (size_t x = 0; x < NV; ++x) _mm512_storeu_ps(o + r * ldo + x * 16, acc[r][x]);
+  HEADLIGHT_UNROLL
+  for (size_t r = 0; r < R; ++r) HEADLIGHT_UNROLL
+  for (size_t x = 0; x < NV; ++x) _mm512_storeu_ps(o + r * ldo + x * 16, acc[r][x]);
 }
 
 template <size_t R>
