@@ -145,8 +145,10 @@ TEST(FlashBf16, MatchesTheReferenceOnTheBf16ValuesForEveryOption) {
       Bf16Problem half(c.shape, 31);
       cpu::flash_forward(ctx, half.params(data.options, true));
       const std::vector<float> h = widen(half.out);
-      for (size_t i = 0; i < h.size(); ++i)
+      for (size_t i = 0; i < h.size(); ++i) {
         ASSERT_LE(std::fabs(h[i] - ref.f.out[i]), kOutTol + std::fabs(ref.f.out[i]) / 256) << i;
+        ASSERT_EQ(half.out[i].bits, to_bf16(fused.f.out[i]).bits) << i;
+      }
     }
   });
 }
@@ -429,7 +431,8 @@ TEST(FlashBf16, BackwardEqualsTheReferenceOnTheBf16ValuesForEveryOption) {
 TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
   // Query rows that are whole 32-bit words (even head dim, even row stride, word-aligned) are
   // read where they lie; rows an odd number of elements apart, or starting between words, are
-  // packed first. Both give the bits of contiguous queries, causal and not, with GQA.
+  // packed first. Both give the bits of contiguous queries, causal and not, with GQA, and so do
+  // output rows that are not contiguous (nothing written between them).
   const AttentionShape s{2, 4, 2, 70, 90, 32, 24};
   ThreadContext ctx(2);
   for (const char* isa : {"best", "avx3_bf16"}) {
@@ -451,9 +454,19 @@ TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
                       .head_stride = s.len_q * row,
                       .row_stride = row,
                       .bf16 = q.data() + shift};
+        // The output's rows `pad` elements apart too (a sentinel between them stays).
+        const int64_t orow = s.value_dim + pad, nrows = s.batch * s.heads * s.len_q;
+        std::vector<bf16> out(static_cast<size_t>(nrows * orow), bf16{0x7E7E});
+        p.out = Operand{.batch_stride = s.heads * s.len_q * orow,
+                        .head_stride = s.len_q * orow,
+                        .row_stride = orow,
+                        .bf16 = out.data()};
         cpu::flash_forward(ctx, p);
-        for (size_t i = 0; i < plain.out.size(); ++i)
-          ASSERT_EQ(moved.out[i].bits, plain.out[i].bits) << "pad " << pad << " shift " << shift;
+        for (int64_t r = 0; r < nrows; ++r)
+          for (int64_t x = 0; x < orow; ++x)
+            ASSERT_EQ(out[r * orow + x].bits,
+                      x < s.value_dim ? plain.out[r * s.value_dim + x].bits : 0x7E7E)
+                << "pad " << pad << " shift " << shift << " row " << r << " element " << x;
       }
     }
   }

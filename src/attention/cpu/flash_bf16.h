@@ -46,6 +46,11 @@ void qk_tile_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt
 void pv_tile_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v,
                   size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols, bf16* dst, size_t ldd);
+// dst[r, c] = to_bf16(x[r, c] · scale[r]) for c < width, with to_bf16's exact bits (a block of
+// 32 products that holds a denormal goes through the scalar definition, as core's to_bf16 does):
+// the forward's bf16 output rows, scaled by 1 / l and rounded in one pass.
+void scale_round_rows(const float* x, size_t ldx, size_t rows, size_t width, const float* scale,
+                      bf16* dst, size_t ldd);
 // The online softmax of both bf16 engines, AMX's and vdpbf16ps's (flash_kernels.h's softmax_rows
 // with SoftmaxExtras{.scale, .pb} and no statistics; the same m, l [rows, 16] and α), on AVX-512
 // with vreduceps, vscalefps and vcvtne2ps2bf16: about half the instructions of the portable loop.

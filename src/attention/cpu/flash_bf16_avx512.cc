@@ -71,11 +71,13 @@ HEADLIGHT_BF16_TARGET inline void QkRows(const uint32_t* q, size_t ldq, const ui
                                          float* s, size_t lds) {
   size_t c = 0;
   for (; c + 64 <= cols; c += 64) QkMicro<R, 4>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
-  if (c + 32 <= cols) {  // the same for a 32-wide rest of the keys
+  // The rest of the keys (16, 32 or 48: on a diagonal, a block's last keys) in one pass.
+  if (cols - c == 48)
+    QkMicro<R, 3>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
+  else if (cols - c == 32)
     QkMicro<R, 2>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
-    c += 32;
-  }
-  for (; c < cols; c += 16) QkMicro<R, 1>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
+  else if (cols - c == 16)
+    QkMicro<R, 1>(q, ldq, kt + c, ldk, pairs, scale, s + c, lds);
 }
 
 template <size_t R, size_t NV>
@@ -331,6 +333,33 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   }
 }
 
+HEADLIGHT_BF16_TARGET void scale_round_rows(const float* x, size_t ldx, size_t rows, size_t width,
+                                            const float* scale, bf16* dst, size_t ldd) {
+  const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x7FFFFF);
+  auto denormals = [&](__m512 v) HEADLIGHT_BF16_TARGET {  // lanes with exponent 0, mantissa not
+    const __m512i b = _mm512_castps_si512(v);
+    return _mm512_mask_cmpeq_epi32_mask(_mm512_test_epi32_mask(b, mantissa),
+                                        _mm512_and_si512(b, exponent), _mm512_setzero_si512());
+  };
+  for (size_t r = 0; r < rows; ++r) {
+    const float* src = x + r * ldx;
+    bf16* out = dst + r * ldd;
+    const float f = scale[r];
+    const __m512 vf = _mm512_set1_ps(f);
+    size_t c = 0;
+    for (; c + 32 <= width; c += 32) {
+      const __m512 a = _mm512_mul_ps(_mm512_loadu_ps(src + c), vf);
+      const __m512 b = _mm512_mul_ps(_mm512_loadu_ps(src + c + 16), vf);
+      if ((denormals(a) | denormals(b)) != 0) {
+        for (size_t i = c; i < c + 32; ++i) out[i] = to_bf16(src[i] * f);
+        continue;
+      }
+      _mm512_storeu_si512(out + c, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+    }
+    for (; c < width; ++c) out[c] = to_bf16(src[c] * f);
+  }
+}
+
 HEADLIGHT_BF16_TARGET void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds,
                                           const float* lse) {
   constexpr float kLog2e = 1.44269504088896341f;
@@ -378,6 +407,9 @@ void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float,
 }
 void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
   fail("row_pairs: no native bf16 path on this architecture");
+}
+void scale_round_rows(const float*, size_t, size_t, size_t, const float*, bf16*, size_t) {
+  fail("scale_round_rows: no native bf16 path on this architecture");
 }
 void exp_shift_rows(float*, size_t, size_t, size_t, const float*) {
   fail("exp_shift_rows: no native bf16 path on this architecture");

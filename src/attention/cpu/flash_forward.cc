@@ -251,12 +251,15 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
   accumulate_item(p, plan, w, blocks, b, g, i0, rows, 0, p.shape.len_kv);
   const bool stats = wants_stats(p);
   // The rows of a head are scaled by 1 / l in one vector pass: into a float32 output where it
-  // lies, or in place and then rounded in one call when a bf16 output's rows are contiguous, as
-  // the accumulators' are (Dv a whole number of vectors; at D = 32 per-row rounding calls had
-  // been a tenth of the forward). Other bf16 outputs go row by row (write_row). The same bits
-  // every way: each element is o · (1 / l), rounded once.
+  // lies; into a bf16 output, scaled and rounded in the same pass on AVX-512 BF16, else scaled in
+  // place and rounded in one call when its rows are contiguous, as the accumulators' are (Dv a
+  // whole number of vectors; at D = 32 per-row rounding calls had been a tenth of the forward).
+  // Other bf16 outputs go row by row (write_row). The same bits every way: each element is
+  // o · (1 / l), rounded once.
   const int64_t Dv = p.shape.value_dim;
-  const bool slab = p.out.is_bf16() && p.out.row_stride == Dv && plan.dv_pad == Dv;
+  const bool bf16_out = p.out.is_bf16();
+  const bool slab = bf16_out && p.out.row_stride == Dv && plan.dv_pad == Dv;
+  const bool by_rows = bf16_out && !slab && !plan.native_softmax;
   for (int64_t hg = 0; hg < plan.group; ++hg) {
     const int64_t h = g * plan.group + hg;
     float* o = w.o + hg * plan.br * plan.dv_pad;
@@ -265,7 +268,7 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
       const int64_t k = hg * plan.br + r;
       const RowResult row{o + r * plan.dv_pad, w.m[k], row_sum(plan, w, hg, r),
                           stats ? w.ent[k] : 0.0f, stats ? w.best[k] : -1};
-      if (p.out.is_bf16() && !slab) {
+      if (by_rows) {
         write_row(p, b, h, i0 + r, row);
         continue;
       }
@@ -273,10 +276,12 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
       write_row_stats(p, b, h, i0 + r, row, inv[r]);
     }
     const auto n = static_cast<size_t>(rows), width = static_cast<size_t>(Dv);
-    if (!p.out.is_bf16()) {
-      kernels::scale_rows(o, static_cast<size_t>(plan.dv_pad), n, width, inv, p.out.at(b, h, i0),
-                          static_cast<size_t>(p.out.row_stride));
-    } else if (slab) {
+    const auto ldo = static_cast<size_t>(plan.dv_pad), ldd = static_cast<size_t>(p.out.row_stride);
+    if (!bf16_out)
+      kernels::scale_rows(o, ldo, n, width, inv, p.out.at(b, h, i0), ldd);
+    else if (plan.native_softmax)
+      kernels::native::scale_round_rows(o, ldo, n, width, inv, p.out.bf16_at(b, h, i0), ldd);
+    else if (slab) {
       kernels::scale_rows(o, width, n, width, inv, o, width);
       to_bf16(o, p.out.bf16_at(b, h, i0), n * width);
     }
