@@ -481,7 +481,7 @@ void SoftmaxGradTile(const float* p, float* dp, size_t rows, size_t cols, size_t
 // out[r] = Σ_x a[r, x] · b[r, x] over `width` elements of fp32 or bf16 rows (widened exactly):
 // one running sum per vector lane (fused multiply-adds), the lanes added at the end.
 template <class TA, class TB>
-void DotRowsT(const TA* a, size_t lda, const TB* b, size_t ldb, size_t rows, size_t width,
+void RowDotsT(const TA* a, size_t lda, const TB* b, size_t ldb, size_t rows, size_t width,
               float* out) {
   const DF d;
   const size_t L = hn::Lanes(d);
@@ -497,12 +497,12 @@ void DotRowsT(const TA* a, size_t lda, const TB* b, size_t ldb, size_t rows, siz
   }
 }
 
-void DotRows(const float* a32, const bf16* a16, size_t lda, const float* b32, const bf16* b16,
+void RowDots(const float* a32, const bf16* a16, size_t lda, const float* b32, const bf16* b16,
              size_t ldb, size_t rows, size_t width, float* out) {
-  if (a16 && b16) return DotRowsT(a16, lda, b16, ldb, rows, width, out);
-  if (a16) return DotRowsT(a16, lda, b32, ldb, rows, width, out);
-  if (b16) return DotRowsT(a32, lda, b16, ldb, rows, width, out);
-  DotRowsT(a32, lda, b32, ldb, rows, width, out);
+  if (a16 && b16) return RowDotsT(a16, lda, b16, ldb, rows, width, out);
+  if (a16) return RowDotsT(a16, lda, b32, ldb, rows, width, out);
+  if (b16) return RowDotsT(a32, lda, b16, ldb, rows, width, out);
+  RowDotsT(a32, lda, b32, ldb, rows, width, out);
 }
 
 // a[r, c] ← a[r, c] · b[r, c]  (b holds dropout factors or soft-cap derivatives).

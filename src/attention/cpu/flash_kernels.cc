@@ -31,7 +31,7 @@ HWY_EXPORT(AccumulateTransposed);
 HWY_EXPORT(SoftmaxGradTile);
 HWY_EXPORT(MulTile);
 HWY_EXPORT(ScaleRows);
-HWY_EXPORT(DotRows);
+HWY_EXPORT(RowDots);
 HWY_EXPORT(SoftcapGradTile);
 HWY_EXPORT(TransposeRows);
 HWY_EXPORT(TransposeWords);
@@ -106,7 +106,7 @@ void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
 
 void dot_rows(const float* a32, const bf16* a16, size_t lda, const float* b32, const bf16* b16,
               size_t ldb, size_t rows, size_t width, float* out) {
-  HWY_DYNAMIC_DISPATCH(DotRows)(a32, a16, lda, b32, b16, ldb, rows, width, out);
+  HWY_DYNAMIC_DISPATCH(RowDots)(a32, a16, lda, b32, b16, ldb, rows, width, out);
 }
 
 void scale_rows(const float* x, size_t ldx, size_t rows, size_t cols, const float* scale,
