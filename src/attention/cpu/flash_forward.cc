@@ -200,12 +200,25 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   }
 }
 
-// The running sum of row (hg, r): its lanes added in a fixed order.
-float row_sum(const Plan& plan, const Scratch& w, int64_t hg, int64_t r) {
-  const float* lanes = w.l + (hg * plan.br + r) * plan.lanes;
-  float l = 0;
-  for (int64_t x = 0; x < plan.lanes; ++x) l += lanes[x];
-  return l;
+// The running sums l of rows [0, rows) of head hg into out: each row's lanes added in a fixed
+// order (lane 0 first), eight rows side by side so that their chains of dependent additions
+// overlap (one row at a time, the chain's latency had been a tenth of the forward at D = 32).
+void row_sums(const Plan& plan, const Scratch& w, int64_t hg, int64_t rows, float* out) {
+  constexpr int64_t kSide = 8;
+  const int64_t nl = plan.lanes;
+  const float* lanes = w.l + hg * plan.br * nl;
+  int64_t r0 = 0;
+  for (; r0 + kSide <= rows; r0 += kSide) {
+    float acc[kSide] = {};
+    for (int64_t x = 0; x < nl; ++x)
+      for (int64_t k = 0; k < kSide; ++k) acc[k] += lanes[(r0 + k) * nl + x];
+    std::copy_n(acc, kSide, out + r0);
+  }
+  for (; r0 < rows; ++r0) {
+    float l = 0;
+    for (int64_t x = 0; x < nl; ++x) l += lanes[r0 * nl + x];
+    out[r0] = l;
+  }
 }
 
 // One finished row: its unnormalised output o, running maximum m and sum l, and (for the
@@ -263,11 +276,12 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
   for (int64_t hg = 0; hg < plan.group; ++hg) {
     const int64_t h = g * plan.group + hg;
     float* o = w.o + hg * plan.br * plan.dv_pad;
-    float* inv = w.alpha;  // free once the item's tiles are done
+    float* inv = w.alpha;  // free once the item's tiles are done: l, then 1 / l
+    row_sums(plan, w, hg, rows, inv);
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t k = hg * plan.br + r;
-      const RowResult row{o + r * plan.dv_pad, w.m[k], row_sum(plan, w, hg, r),
-                          stats ? w.ent[k] : 0.0f, stats ? w.best[k] : -1};
+      const RowResult row{o + r * plan.dv_pad, w.m[k], inv[r], stats ? w.ent[k] : 0.0f,
+                          stats ? w.best[k] : -1};
       if (by_rows) {
         write_row(p, b, h, i0 + r, row);
         continue;
@@ -311,16 +325,18 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
     accumulate_item(p, plan, w, packed ? blocks_of(p, plan, packed, b, g) : nullptr, b, g, 0, rows,
                     key_lo, key_lo + kDecodeSplitBlocks * kBlockKeys);
     float* dst = partial.data() + item * state;
-    for (int64_t hg = 0; hg < G; ++hg)
+    for (int64_t hg = 0; hg < G; ++hg) {
+      row_sums(plan, w, hg, rows, w.alpha);  // free once the item's tiles are done
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t k = hg * plan.br + r;
         float* row = dst + (hg * rows + r) * width;
         std::memcpy(row, w.o + k * plan.dv_pad, static_cast<size_t>(plan.dv_pad) * sizeof(float));
         row[M] = w.m[k];
-        row[L] = row_sum(plan, w, hg, r);
+        row[L] = w.alpha[r];
         row[E] = stats ? w.ent[k] : 0.0f;
         row[A] = stats ? static_cast<float>(w.best[k]) : -1.0f;  // exact below 2^24 keys
       }
+    }
   });
   ctx.parallel_items(sh.batch * sh.kv_heads * G * rows, [&](int64_t item, int) {
     const int64_t r = item % rows, hg = (item / rows) % G, bg = item / (rows * G);
