@@ -473,6 +473,37 @@ TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
   force_isa("best");
 }
 
+TEST(FlashBf16, StructuralLimitsInTheSoftmaxGiveTheMaskedBits) {
+  // On a tile cut by the causal diagonal or the key lengths alone, the vdpbf16ps softmax takes each
+  // row's last key as a limit instead of reading scores made −inf by the masks. An all-allowed
+  // boolean mask forces the mask pass on every tile: the same bits, top-left and bottom-right,
+  // with key lengths and a right window (and a left window, which keeps the mask pass).
+  const AttentionShape s{2, 4, 2, 150, 170, 64, 48};
+  std::vector<uint8_t> all(static_cast<size_t>(s.len_q * s.len_kv), 1);
+  const int64_t lengths[] = {170, 101};
+  ThreadContext ctx(2);
+  for (const char* isa : {"best", "avx3_bf16"}) {
+    force_isa(isa);
+    for (const Alignment a : {Alignment::top_left, Alignment::bottom_right})
+      for (int variant = 0; variant < 3; ++variant) {
+        SCOPED_TRACE(::testing::Message()
+                     << isa << " alignment " << static_cast<int>(a) << " variant " << variant);
+        AttentionOptions o{.causal = variant != 2, .alignment = a};
+        if (variant == 1) o.key_lengths = lengths;
+        if (variant == 2) o.window_left = 30, o.window_right = 5;
+        Bf16Problem plain(s, 8), masked(s, 8);
+        cpu::flash_forward(ctx, plain.params(o, true));
+        o.mask = {.kind = MaskKind::boolean, .data = all.data(), .row_stride = s.len_kv};
+        cpu::flash_forward(ctx, masked.params(o, true));
+        for (size_t i = 0; i < plain.out.size(); ++i)
+          ASSERT_EQ(plain.out[i].bits, masked.out[i].bits) << i;
+        for (size_t i = 0; i < plain.f.lse.size(); ++i)
+          ASSERT_EQ(plain.f.lse[i], masked.f.lse[i]) << i;
+      }
+  }
+  force_isa("best");
+}
+
 TEST(FlashBf16, BackwardReadsRowsInAnyLayoutWithTheSameBits) {
   // The backward's items read bf16 rows that are whole 32-bit words as words, other bf16 rows
   // element by element, and fp32 rows through one rounding each. Query rows an odd number of

@@ -55,8 +55,10 @@ void scale_round_rows(const float* x, size_t ldx, size_t rows, size_t width, con
 // with SoftmaxExtras{.scale, .pb} and no statistics; the same m, l [rows, 16] and α), on AVX-512
 // with vreduceps, vscalefps and vcvtne2ps2bf16: about half the instructions of the portable loop.
 // cols a multiple of 16. Needs AVX-512 BF16, which every CPU with AMX has.
+// With row_cols, row r's scores at and past column row_cols[r] are taken as −inf without being
+// read (a causal diagonal's structural mask: no mask pass, and no exponentials past the limit).
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
-                  float scale, bf16* pb, size_t ldpb);
+                  float scale, bf16* pb, size_t ldpb, const int32_t* row_cols = nullptr);
 // x [rows, cols] fp32 (leading dim ldx) rounded to bf16 (vcvtneps2bf16: nearest even, denormals
 // to zero, as the products read them anyway) into row pairs dst [rows_pad / 2, ld] words: word
 // (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.

@@ -240,32 +240,45 @@ HEADLIGHT_BF16_TARGET inline __m512 Exp2(__m512 t) {
 }
 
 HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
-                                        float* l, float* alpha, float scale, bf16* pb,
-                                        size_t ldpb) {
+                                        float* l, float* alpha, float scale, bf16* pb, size_t ldpb,
+                                        const int32_t* row_cols) {
   constexpr float kLog2e = 1.44269504088896341f;
   constexpr size_t kMaxRows = kSoftmaxRowsPerCall;
   for (; rows > kMaxRows; rows -= kMaxRows) {  // rows are independent: kMaxRows at a time
-    softmax_rows(s, kMaxRows, cols, lds, m, l, alpha, scale, pb, ldpb);
+    softmax_rows(s, kMaxRows, cols, lds, m, l, alpha, scale, pb, ldpb, row_cols);
     s += kMaxRows * lds, m += kMaxRows, l += kMaxRows * 16, alpha += kMaxRows,
         pb += kMaxRows * ldpb;
+    if (row_cols) row_cols += kMaxRows;
   }
   const float ninf = -__builtin_inff(), qnan = __builtin_nanf("");
+  const __m512 vninf = _mm512_set1_ps(ninf);
   alignas(64) float tile_max[kMaxRows + 16], m_new[kMaxRows + 16];
+  // Row r's scores past its limit (row_cols[r], else cols) are not read: −inf, as the masks make
+  // them, so the same bits. x(row, c): the vector at c, −inf in the lanes past the limit.
+  auto limit = [&](size_t r) {
+    return row_cols ? std::min(cols, static_cast<size_t>(std::max(row_cols[r], 0))) : cols;
+  };
+  auto x_at = [&](const float* row, size_t c, size_t lim) HEADLIGHT_BF16_TARGET {
+    if (c + 16 <= lim) return _mm512_loadu_ps(row + c);
+    if (c >= lim) return vninf;
+    return _mm512_mask_loadu_ps(vninf, static_cast<__mmask16>((1u << (lim - c)) - 1), row + c);
+  };
   // A: per row, the tile maximum (scaled) and whether a NaN is present (one unordered compare
   // checks two vectors).
   for (size_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
-    __m512 vmax0 = _mm512_set1_ps(ninf), vmax1 = vmax0;
+    const size_t lim = limit(r);
+    __m512 vmax0 = vninf, vmax1 = vmax0;
     __mmask16 nan = 0;
     size_t c = 0;
-    for (; c + 32 <= cols; c += 32) {
+    for (; c + 32 <= lim; c += 32) {
       const __m512 x0 = _mm512_loadu_ps(row + c), x1 = _mm512_loadu_ps(row + c + 16);
       vmax0 = _mm512_max_ps(vmax0, x0);
       vmax1 = _mm512_max_ps(vmax1, x1);
       nan |= _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q);
     }
-    if (c < cols) {
-      const __m512 x = _mm512_loadu_ps(row + c);
+    for (; c < lim; c += 16) {
+      const __m512 x = x_at(row, c, lim);
       vmax0 = _mm512_max_ps(vmax0, x);
       nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
     }
@@ -274,7 +287,7 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   // B: 16 rows at a time, the new maxima and α = 2^(m·log2 e − m'·log2 e) (the products rounded
   // as in C); a NaN in either makes both NaN, and α = 1 while no key is allowed.
   for (size_t r = rows; r < (rows + 15) / 16 * 16; ++r) tile_max[r] = ninf;
-  const __m512 l2e = _mm512_set1_ps(kLog2e), vninf = _mm512_set1_ps(ninf);
+  const __m512 l2e = _mm512_set1_ps(kLog2e);
   for (size_t r = 0; r < rows; r += 16) {
     const __mmask16 valid =
         rows - r >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (rows - r)) - 1);
@@ -303,20 +316,27 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       continue;
     }
     const __m512 vml = _mm512_set1_ps(mn * kLog2e);
-    auto p_at = [&](size_t c) HEADLIGHT_BF16_TARGET {
+    const size_t lim = limit(r);
+    auto p_full = [&](size_t c) HEADLIGHT_BF16_TARGET {  // a vector before the limit
       return Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
+    };
+    auto p_at = [&](size_t c) HEADLIGHT_BF16_TARGET {  // 0 past the limit (2^−inf), not computed
+      if (c >= lim) return _mm512_setzero_ps();
+      return Exp2(_mm512_fmsub_ps(x_at(row, c, lim), vc, vml));
     };
     __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, sum2 = sum0, sum3 = sum0;
     size_t c = 0;
-    for (; c + 64 <= cols; c += 64) {
-      const __m512 p0 = p_at(c), p1 = p_at(c + 16), p2 = p_at(c + 32), p3 = p_at(c + 48);
+    auto step64 = [&](size_t c, auto p) HEADLIGHT_BF16_TARGET {
+      const __m512 p0 = p(c), p1 = p(c + 16), p2 = p(c + 32), p3 = p(c + 48);
       sum0 = _mm512_add_ps(sum0, p0);
       sum1 = _mm512_add_ps(sum1, p1);
       sum2 = _mm512_add_ps(sum2, p2);
       sum3 = _mm512_add_ps(sum3, p3);
       _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
       _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
-    }
+    };
+    for (; c + 64 <= lim; c += 64) step64(c, p_full);  // wholly before the limit
+    for (; c + 64 <= cols; c += 64) step64(c, p_at);
     for (; c + 32 <= cols; c += 32) {
       const __m512 p0 = p_at(c), p1 = p_at(c + 16);
       sum0 = _mm512_add_ps(sum0, p0);
@@ -402,7 +422,8 @@ void pv_tile_bf16(const uint32_t*, size_t, size_t, size_t, const uint32_t*, size
 void round_tile_bf16(const float*, size_t, size_t, size_t, bf16*, size_t) {
   fail("round_tile_bf16: no native bf16 path on this architecture");
 }
-void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float, bf16*, size_t) {
+void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float, bf16*, size_t,
+                  const int32_t*) {
   fail("softmax_rows: no native bf16 path on this architecture");
 }
 void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {

@@ -161,21 +161,27 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
                          w.alpha);
       continue;
     }
+    // The vdpbf16ps softmax takes a causal tile's structural masks as the rows' limits (no mask
+    // pass, no exponentials past a row's last key; the same bits). The rows' limits are the same
+    // for every head of the group.
+    const bool limits = plan.native_softmax && !plan.amx && round_in_softmax && !stats &&
+                        row_limits(p, {b, g * G, i0, rows, j0, cols, partial}, w.argcol);
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
       const TilePos tile{b, h, i0, rows, j0, cols, partial};
       if (plan.bf16) {
         const auto [q_hg, ldq] = q_rows(hg);
-        score_tile(p, plan, reinterpret_cast<const float*>(q_hg), ldq, tile, kt, w.s, raw_scores);
+        score_tile(p, plan, reinterpret_cast<const float*>(q_hg), ldq, tile, kt, w.s, raw_scores,
+                   !limits);
       } else
         score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile, kt, w.s);
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
       if (plan.native_softmax && round_in_softmax && !stats)
-        kernels::native::softmax_rows(w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
-                                      static_cast<size_t>(plan.bc_pad), m, l, w.alpha,
-                                      raw_scores ? effective_scale(p) : 1.0f, w.pb,
-                                      static_cast<size_t>(plan.bc_pad));
+        kernels::native::softmax_rows(
+            w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
+            static_cast<size_t>(plan.bc_pad), m, l, w.alpha, raw_scores ? effective_scale(p) : 1.0f,
+            w.pb, static_cast<size_t>(plan.bc_pad), limits ? w.argcol : nullptr);
       else
         kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
                               {.ent = stats ? w.ent + hg * plan.br : nullptr,

@@ -98,8 +98,19 @@ bool scale_in_softmax(const AttentionParams& p, const Plan& plan) {
          o.mask.kind != MaskKind::additive;
 }
 
+bool row_limits(const AttentionParams& p, const TilePos& t, int32_t* out) {
+  const AttentionOptions& o = p.options;
+  // Tiles inside every row's range need no masks but their padding's (apply_element_masks).
+  if (!t.partial || o.alibi_slopes || o.mask.kind != MaskKind::none) return false;
+  if (key_range(p, t.b, t.i0 + t.rows - 1).lo > t.j0) return false;  // lo is non-decreasing
+  for (int64_t r = 0; r < t.rows; ++r)
+    out[r] = static_cast<int32_t>(
+        std::clamp<int64_t>(key_range(p, t.b, t.i0 + r).hi - t.j0 + 1, 0, t.cols));
+  return true;
+}
+
 void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
-                const TilePos& t, const float* kt, float* s, bool raw) {
+                const TilePos& t, const float* kt, float* s, bool raw, bool masks) {
   const int64_t D = p.shape.head_dim;
   const int64_t cols_pad = round_up(t.cols, plan.lanes);
   if (plan.amx) {  // q: pair words (pack_query_pairs), whole tiles of 16 rows
@@ -135,7 +146,7 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
   }
   if (p.options.softcap > 0)
     kernels::softcap_tile(s, t.rows, cols_pad, plan.bc_pad, p.options.softcap);
-  apply_element_masks(p, t, cols_pad, s, plan.bc_pad);
+  if (masks) apply_element_masks(p, t, cols_pad, s, plan.bc_pad);
 }
 
 void apply_dropout(const AttentionParams& p, const TilePos& t, float* s, int64_t lds) {

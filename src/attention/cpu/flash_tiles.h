@@ -150,8 +150,17 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
 // scaled queries (pack_queries).
 // With raw (bf16 only; scale_in_softmax must hold) the scores are left unscaled for the softmax
 // to scale.
+// With masks false the element masks are not applied (the caller's softmax takes the rows' limits
+// instead: only structural masks, no padding to hide, see row_limits).
 void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
-                const TilePos& t, const float* kt, float* s, bool raw = false);
+                const TilePos& t, const float* kt, float* s, bool raw = false, bool masks = true);
+
+// The rows' key limits of a tile, for a softmax that reads row r only before column
+// out[r] (native::softmax_rows's row_cols): when the tile is partial, its only masks are
+// structural and no row's first allowed key lies inside it (then every row allows columns
+// [0, out[r])). Returns false, writing nothing, when the masks are to be applied (interior tiles
+// need them only for their padding).
+bool row_limits(const AttentionParams& p, const TilePos& t, int32_t* out);
 
 // Whether the softmax may scale the scores itself (SoftmaxExtras::scale): the AMX products (whose
 // scaling would be a pass of its own), a positive scale, and no option that needs scaled scores
