@@ -474,10 +474,11 @@ TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
 }
 
 TEST(FlashBf16, StructuralLimitsInTheSoftmaxGiveTheMaskedBits) {
-  // On a tile cut by the causal diagonal or the key lengths alone, the vdpbf16ps softmax takes each
-  // row's last key as a limit instead of reading scores made −inf by the masks. An all-allowed
-  // boolean mask forces the mask pass on every tile: the same bits, top-left and bottom-right,
-  // with key lengths and a right window (and a left window, which keeps the mask pass).
+  // On a tile cut by the causal diagonal or the key lengths alone, the vdpbf16ps softmax (and the
+  // backward's P, on either engine) takes each row's last key as a limit instead of reading scores
+  // made −inf by the masks. An all-allowed boolean mask forces the mask pass on every tile: the
+  // same bits, forward and backward, top-left and bottom-right, with key lengths and a right
+  // window (and a left window, which keeps the mask pass).
   const AttentionShape s{2, 4, 2, 150, 170, 64, 48};
   std::vector<uint8_t> all(static_cast<size_t>(s.len_q * s.len_kv), 1);
   const int64_t lengths[] = {170, 101};
@@ -492,13 +493,22 @@ TEST(FlashBf16, StructuralLimitsInTheSoftmaxGiveTheMaskedBits) {
         if (variant == 1) o.key_lengths = lengths;
         if (variant == 2) o.window_left = 30, o.window_right = 5;
         Bf16Problem plain(s, 8), masked(s, 8);
-        cpu::flash_forward(ctx, plain.params(o, true));
+        auto run = [&](Bf16Problem& x) {
+          cpu::flash_forward(ctx, x.params(o, true));
+          AttentionParams p = x.params(o, false);  // the backward from the fp32 output and lse
+          cpu::flash_forward(ctx, p);
+          backward(ctx, p, KernelChoice::fused);
+        };
+        run(plain);
         o.mask = {.kind = MaskKind::boolean, .data = all.data(), .row_stride = s.len_kv};
-        cpu::flash_forward(ctx, masked.params(o, true));
+        run(masked);
         for (size_t i = 0; i < plain.out.size(); ++i)
           ASSERT_EQ(plain.out[i].bits, masked.out[i].bits) << i;
-        for (size_t i = 0; i < plain.f.lse.size(); ++i)
-          ASSERT_EQ(plain.f.lse[i], masked.f.lse[i]) << i;
+        for (auto [got, want] : {std::pair{&masked.f.lse, &plain.f.lse},
+                                 {&masked.f.dq, &plain.f.dq},
+                                 {&masked.f.dk, &plain.f.dk},
+                                 {&masked.f.dv, &plain.f.dv}})
+          for (size_t i = 0; i < want->size(); ++i) ASSERT_EQ((*got)[i], (*want)[i]) << i;
       }
   }
   force_isa("best");

@@ -86,6 +86,7 @@ struct Bf16Scratch {
   float* aux;       // [br, bc] soft-cap derivatives
   uint32_t* pairs;  // [br / 2, bc] P' or dS in row pairs
   bf16* ds;         // [br, bc] dS rounded
+  int32_t* limits;  // [br] the rows' key limits of a structurally masked tile (row_limits)
 };
 
 size_t scratch_bytes(const Bf16BackwardPlan& a) {
@@ -93,7 +94,7 @@ size_t scratch_bytes(const Bf16BackwardPlan& a) {
   const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + br / 2 * bc;
   const int64_t halves = G * a.d16 * cr + G * a.dv16 * cr + br * bc;
   const int64_t floats = G * cr * a.d16 + a.d16 * bc + a.dv16 * bc + 4 * br * bc;
-  return static_cast<size_t>(4 * words + 2 * halves + 4 * floats + 64 * 16);
+  return static_cast<size_t>(4 * words + 2 * halves + 4 * floats + 4 * br + 64 * 16);
 }
 
 Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
@@ -118,6 +119,7 @@ Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
   w.aux = reinterpret_cast<float*>(take(4 * br * bc));
   w.pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * bc));
   w.ds = reinterpret_cast<bf16*>(take(2 * br * bc));
+  w.limits = reinterpret_cast<int32_t*>(take(4 * br));
   return w;
 }
 
@@ -309,10 +311,13 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
             std::memcpy(w.aux + r * bc, w.s + r * bc, static_cast<size_t>(cols_pad) * 4);
           kernels::softcap_grad_tile(w.aux, rows, cols_pad, bc, o.softcap);
         }
-        apply_element_masks(p, tile, cols_pad, w.s, bc);
+        // P: a tile cut only by structural masks takes the rows' last keys as limits (no mask
+        // pass, no exponentials past them; the same bits).
+        const bool limits = row_limits(p, tile, w.limits);
+        if (!limits) apply_element_masks(p, tile, cols_pad, w.s, bc);
         kernels::native::exp_shift_rows(w.s, static_cast<size_t>(rows),
-                                        static_cast<size_t>(cols_pad), static_cast<size_t>(bc),
-                                        lse);
+                                        static_cast<size_t>(cols_pad), static_cast<size_t>(bc), lse,
+                                        limits ? w.limits : nullptr);
         // dP' = dO · Vᵀ.
         scores(w.dop + (hg * cr + at) * a.pv16, a.pv16, vt, a.pv16, 1.0f, w.dp, 0.0f);
         const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, bc);

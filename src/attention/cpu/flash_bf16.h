@@ -67,7 +67,10 @@ void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad, size_t 
 // kernels::exp_shift_rows (P from the saved log-sum-exp, the same rows, 0 and NaN rows) with the
 // softmax's seven-instruction 2^t: relative error < 3.5·10⁻⁶, for the bf16 backward, whose every
 // use of P is rounded to bf16 (2⁻⁹) after it. cols a multiple of 16.
-void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse);
+// With row_cols, row r's scores at and past column row_cols[r] are taken as −inf (P = 0 there),
+// as softmax_rows takes them.
+void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse,
+                    const int32_t* row_cols = nullptr);
 }  // namespace native
 
 // The AMX tiles (flash_bf16_amx.cc): rows a multiple of 16, pairs a multiple of 16 (32 elements

@@ -381,9 +381,9 @@ HEADLIGHT_BF16_TARGET void scale_round_rows(const float* x, size_t ldx, size_t r
 }
 
 HEADLIGHT_BF16_TARGET void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds,
-                                          const float* lse) {
+                                          const float* lse, const int32_t* row_cols) {
   constexpr float kLog2e = 1.44269504088896341f;
-  const __m512 l2e = _mm512_set1_ps(kLog2e);
+  const __m512 l2e = _mm512_set1_ps(kLog2e), vninf = _mm512_set1_ps(-__builtin_inff());
   for (size_t r = 0; r < rows; ++r) {
     float* row = s + r * lds;
     if (!(lse[r] > -__builtin_inff())) {  // no allowed key (0), or a NaN row (NaN)
@@ -391,16 +391,25 @@ HEADLIGHT_BF16_TARGET void exp_shift_rows(float* s, size_t rows, size_t cols, si
       for (size_t c = 0; c < cols; c += 16) _mm512_storeu_ps(row + c, fill);
       continue;
     }
+    // Past the row's limit the scores are taken as −inf: P = 0, not computed.
+    const size_t lim =
+        row_cols ? std::min(cols, static_cast<size_t>(std::max(row_cols[r], 0))) : cols;
     const __m512 shift = _mm512_set1_ps(lse[r] * kLog2e);
     size_t c = 0;
-    for (; c + 32 <= cols; c += 32) {  // two exponentials' chains side by side
+    for (; c + 32 <= lim; c += 32) {  // two exponentials' chains side by side
       const __m512 p0 = Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), l2e, shift));
       const __m512 p1 = Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c + 16), l2e, shift));
       _mm512_storeu_ps(row + c, p0);
       _mm512_storeu_ps(row + c + 16, p1);
     }
-    if (c < cols)
-      _mm512_storeu_ps(row + c, Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), l2e, shift)));
+    for (; c < lim; c += 16) {
+      const __m512 x =
+          c + 16 <= lim
+              ? _mm512_loadu_ps(row + c)
+              : _mm512_mask_loadu_ps(vninf, static_cast<__mmask16>((1u << (lim - c)) - 1), row + c);
+      _mm512_storeu_ps(row + c, Exp2(_mm512_fmsub_ps(x, l2e, shift)));
+    }
+    for (; c < cols; c += 16) _mm512_storeu_ps(row + c, _mm512_setzero_ps());
   }
 }
 
@@ -432,7 +441,7 @@ void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) 
 void scale_round_rows(const float*, size_t, size_t, size_t, const float*, bf16*, size_t) {
   fail("scale_round_rows: no native bf16 path on this architecture");
 }
-void exp_shift_rows(float*, size_t, size_t, size_t, const float*) {
+void exp_shift_rows(float*, size_t, size_t, size_t, const float*, const int32_t*) {
   fail("exp_shift_rows: no native bf16 path on this architecture");
 }
 }  // namespace headlight::attention::cpu::kernels::native
