@@ -32,6 +32,7 @@ HWY_EXPORT(SoftmaxGradTile);
 HWY_EXPORT(MulTile);
 HWY_EXPORT(ScaleRows);
 HWY_EXPORT(RowDots);
+HWY_EXPORT(FinishRows);
 HWY_EXPORT(SoftcapGradTile);
 HWY_EXPORT(TransposeRows);
 HWY_EXPORT(TransposeWords);
@@ -102,6 +103,10 @@ void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size
 
 void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
   HWY_DYNAMIC_DISPATCH(MulTile)(a, b, rows, cols, lds);
+}
+
+void finish_rows(const float* m, const float* l, size_t n, float* inv, float* lse) {
+  HWY_DYNAMIC_DISPATCH(FinishRows)(m, l, n, inv, lse);
 }
 
 void dot_rows(const float* a32, const bf16* a16, size_t lda, const float* b32, const bf16* b16,
