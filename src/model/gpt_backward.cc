@@ -39,10 +39,15 @@ struct Bf16Products {
   const GPT::State* state = nullptr;  // the forward's rounded inputs (State::rounded)
 };
 
-// `n` elements of x rounded to bf16 into scratch (grown as needed), in parallel.
-const bf16* rounded(ThreadContext& ctx, const float* x, int64_t n, Tensor& scratch) {
+// Room for n bf16 values in scratch (grown as needed).
+bf16* room(Tensor& scratch, int64_t n) {
   if (scratch.numel() < n) scratch = Tensor(DType::bf16, {n});
-  bf16* out = scratch.data<bf16>();
+  return scratch.data<bf16>();
+}
+
+// `n` elements of x rounded to bf16 into scratch, in parallel.
+const bf16* rounded(ThreadContext& ctx, const float* x, int64_t n, Tensor& scratch) {
+  bf16* out = room(scratch, n);
   to_bf16(ctx, x, out, n);
   return out;
 }
@@ -81,13 +86,12 @@ void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x,
     const int64_t rows = s.rows, out = s.out_features;
     if (rows == 0 || out == 0) return;
     // dy rounded for the products, and (with a bias) its column sums in the same pass.
-    Tensor& dy16 = *b16.dy16;
-    if (dy16.numel() < rows * out) dy16 = Tensor(DType::bf16, {rows * out});
+    bf16* dy16 = room(*b16.dy16, rows * out);
     if (dw && db)
-      ops::round_with_column_sums(ctx, rows, out, dy, dy16.data<bf16>(), db);
+      ops::round_with_column_sums(ctx, rows, out, dy, dy16, db);
     else
-      to_bf16(ctx, dy, dy16.data<bf16>(), rows * out);
-    products_bf16(ctx, s, x, w, dy16.data<bf16>(), dx, accumulate_dx, dw, b16);
+      to_bf16(ctx, dy, dy16, rows * out);
+    products_bf16(ctx, s, x, w, dy16, dx, accumulate_dx, dw, b16);
     return;
   }
   if (dx)
@@ -175,12 +179,9 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     if (b16.P16 && ops::activation_keeps_grad(c.activation)) {
       // Mixed precision: dfc only rounded to bf16 for the products, fc's bias gradient summed
       // from the float32 values in the same pass. Then the gradient at m_in: da = dfc · W_fc.
-      Tensor& dfc16 = *b16.dy16;
-      if (dfc16.numel() < d.rows * d.Fi) dfc16 = Tensor(DType::bf16, {d.rows * d.Fi});
-      ops::activation_backward_from_grad_bf16(ctx, as, a.fc.ptr(), dgel, dfc16.data<bf16>(),
-                                              maybe(GW, o.fc_b));
-      products_bf16(ctx, up, m_in, P + o.fc_w, dfc16.data<bf16>(), da, false, maybe(GW, o.fc_w),
-                    b16);
+      bf16* dfc16 = room(*b16.dy16, d.rows * d.Fi);
+      ops::activation_backward_from_grad_bf16(ctx, as, a.fc.ptr(), dgel, dfc16, maybe(GW, o.fc_b));
+      products_bf16(ctx, up, m_in, P + o.fc_w, dfc16, da, false, maybe(GW, o.fc_w), b16);
     } else {
       if (ops::activation_keeps_grad(c.activation))  // the forward left act'(fc) in a.fc
         ops::activation_backward_from_grad(ctx, as, a.fc.ptr(), dgel, dfc);
