@@ -195,12 +195,16 @@ TEST(FlashBf16, OddShapesDecodeAndLongRows) {
 }
 
 TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
-  // Decode (≤ 16 query rows, > 512 keys) reads a bf16 cache in place, each element widened as it
-  // is loaded (keys and values packed when Dv is not a whole number of vectors). Shapes: GQA 32/8
-  // at D = 128 with a last key alone in its group of four; an odd number of rows per key/value
-  // head (a row pair, then one row); D = 32 with Dv = 96; 64 query heads over one key/value head
-  // with 16 rows (1,024 rows share the key rows: more than one softmax call takes); D = 256; and
-  // Dv = 80 (packed on AVX-512). Options: each alone, then all together.
+  // Decode (≤ 16 query rows) reads a bf16 cache in place, each element widened as it is loaded,
+  // for one query row or few rows per key/value head (decode_in_place), also from a short cache
+  // (≤ 512 keys, one split); otherwise keys and values are packed (more rows, or Dv not a whole
+  // number of vectors), and a short cache then takes the ordinary tiles. Shapes: GQA 32/8 at
+  // D = 128 with a last key alone in its group of four; an odd number of rows per key/value head
+  // (a row pair, then one row); D = 32 with Dv = 96; 64 query heads over one key/value head with
+  // 16 rows (1,024 rows share the packed keys: more than one softmax call takes); D = 256; Dv = 80
+  // (packed on AVX-512); short caches: one row over 32/8 heads and 300 keys, 16 rows per
+  // key/value head and 100 keys (in place), 64 rows and 257 keys (the ordinary tiles). Options:
+  // each alone, then all together.
   const float inf = std::numeric_limits<float>::infinity();
   struct Opt {
     const char* name;
@@ -227,9 +231,10 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
                        .stats = true,
                        .softcap = 4.0f,
                        .dropout = 0.1f}};
-  const AttentionShape shapes[] = {{1, 32, 8, 1, 1025, 128, 128}, {1, 3, 1, 3, 1029, 64, 64},
-                                   {2, 4, 4, 3, 1000, 32, 96},    {1, 64, 1, 16, 600, 64, 64},
-                                   {1, 2, 1, 5, 700, 256, 32},    {1, 4, 2, 2, 800, 64, 80}};
+  const AttentionShape shapes[] = {
+      {1, 32, 8, 1, 1025, 128, 128}, {1, 3, 1, 3, 1029, 64, 64}, {2, 4, 4, 3, 1000, 32, 96},
+      {1, 64, 1, 16, 600, 64, 64},   {1, 2, 1, 5, 700, 256, 32}, {1, 4, 2, 2, 800, 64, 80},
+      {1, 32, 8, 1, 300, 128, 128},  {2, 8, 2, 4, 100, 64, 64},  {1, 16, 1, 4, 257, 64, 64}};
   ThreadContext ctx(2);
   for (const AttentionShape& shape : shapes)
     for (const Opt& opt : opts) {
@@ -237,15 +242,16 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
                    << opt.name << ": H " << shape.heads << " Hkv " << shape.kv_heads << " L "
                    << shape.len_q << " S " << shape.len_kv << " D " << shape.head_dim << " Dv "
                    << shape.value_dim);
-      AttentionOptions o{.causal = opt.causal,
-                         .alignment = Alignment::bottom_right,
-                         .window_left = opt.window_left,
-                         .window_right = opt.window_right,
-                         .softcap = opt.softcap,
-                         .dropout_p = opt.dropout,
-                         .dropout_seed = 17};
+      AttentionOptions o{
+          .causal = opt.causal,
+          .alignment = Alignment::bottom_right,
+          .window_left = opt.window_left < 0 ? -1 : std::min(opt.window_left, shape.len_kv / 3),
+          .window_right = opt.window_right,
+          .softcap = opt.softcap,
+          .dropout_p = opt.dropout,
+          .dropout_seed = 17};
       std::vector<int64_t> lengths;
-      for (int64_t b = 0; b < shape.batch; ++b) lengths.push_back(shape.len_kv - 97 * (b + 1));
+      for (int64_t b = 0; b < shape.batch; ++b) lengths.push_back(shape.len_kv - 37 * (b + 1));
       if (opt.lengths) o.key_lengths = lengths.data();
       std::vector<float> slopes;
       for (int64_t h = 0; h < shape.heads; ++h) slopes.push_back(0.01f * float(h % 5 + 1));

@@ -296,8 +296,10 @@ TEST(FlashForward, NanStaysInTheAffectedRow) {
 
 TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
   // Lq ≤ 16 with more than 512 keys (2 blocks) takes the split-key decode path: keys and values
-  // read in place when Dv is a whole number of vectors, packed otherwise. Every instruction set:
-  // the in-place scores fold a register tile whose size depends on the vector length.
+  // read in place when Dv is a whole number of vectors, packed otherwise; with fewer keys, the
+  // decode path when it reads them in place (one split), else the ordinary tiles. Every
+  // instruction set: the in-place scores fold a register tile whose size depends on the vector
+  // length.
   ThreadContext ctx(3);
   struct DecodeCase {
     AttentionShape shape;
@@ -386,6 +388,29 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
                               .head_dim = 20,
                               .value_dim = 16},
           .causal = false,
+          .window_left = -1,
+          .lengths = {},
+          .softcap = 0.0f},
+          // Short caches: in place (one split), and packed (Dv 40: the ordinary tiles).
+          DecodeCase{.shape = {.batch = 2,
+                              .heads = 8,
+                              .kv_heads = 2,
+                              .len_q = 3,
+                              .len_kv = 300,
+                              .head_dim = 64,
+                              .value_dim = 64},
+          .causal = true,
+          .window_left = 100,
+          .lengths = {300, 211},
+          .softcap = 0.0f},
+          DecodeCase{.shape = {.batch = 1,
+                              .heads = 4,
+                              .kv_heads = 2,
+                              .len_q = 1,
+                              .len_kv = 77,
+                              .head_dim = 24,
+                              .value_dim = 40},
+          .causal = true,
           .window_left = -1,
           .lengths = {},
           .softcap = 0.0f},

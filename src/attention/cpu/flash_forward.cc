@@ -397,7 +397,8 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const Plan plan = make_plan(p);
   if (is_decode(p, plan)) {
     // Decode reads each key once: in place when the value rows are whole vectors wide (the
-    // tiles then need no padding; bf16 rows widened as they are loaded), packed otherwise.
+    // tiles then need no padding; bf16 rows widened as they are loaded, for few rows per
+    // key/value head: decode_in_place), packed otherwise.
     run_decode(ctx, p, plan,
                plan.v_in_place || plan.in_place_bf16 ? nullptr : pack_keys(ctx, p, plan));
     return;
