@@ -49,6 +49,11 @@ constexpr int64_t kDecodeSplitBlocks = 2;
 // for 4 query rows (16 per group), 3.6 against 3.4 for 8 (32), 7.2 against 5.2 for 16 (64); one
 // row over 32 heads sharing one key/value head (32 per group): 0.54 against 0.70.
 constexpr int64_t kInPlaceBf16Rows = 32;
+// The same for a cache of at most kDecodeSplitBlocks blocks, whose alternative is the ordinary
+// tiles with each item packing its keys into L2 (cheaper than decode's shared packing): 12 heads,
+// D = 64, 256 keys: 4 rows 0.07 ms in place against 0.09, 8 rows 0.087 against 0.089, 16 rows
+// 0.15 against 0.11; 2 rows over 32/8 heads (8 per group), D = 128, 512 keys: 0.22 against 0.26.
+constexpr int64_t kInPlaceBf16RowsShort = 8;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t round_up(int64_t x, int64_t m) {
@@ -105,12 +110,15 @@ struct Scratch {
 };
 
 // Whether a call with few query rows reads its keys and values where they lie (decode's loops,
-// no packing): value rows whole vectors wide, and in bf16 few rows per key/value head
-// (kInPlaceBf16Rows). plan.lanes, group, dv_pad and bf16 must be set.
+// no packing): value rows whole vectors wide, and in bf16 one query row or few rows per
+// key/value head (kInPlaceBf16Rows, kInPlaceBf16RowsShort). plan.group, dv_pad, kv_blocks and
+// bf16 must be set.
 inline bool decode_in_place(const AttentionParams& p, const Plan& plan) {
   const AttentionShape& sh = p.shape;
   if (sh.len_q > kDecodeRows || sh.value_dim != plan.dv_pad) return false;
-  return !plan.bf16 || sh.len_q == 1 || plan.group * sh.len_q <= kInPlaceBf16Rows;
+  const int64_t most =
+      plan.kv_blocks > kDecodeSplitBlocks ? kInPlaceBf16Rows : kInPlaceBf16RowsShort;
+  return !plan.bf16 || sh.len_q == 1 || plan.group * sh.len_q <= most;
 }
 
 // Whether a call runs as decode: few query rows against several key blocks, split over the keys;
