@@ -289,9 +289,11 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   const Dims d = detail::dims(c, batch, seq);
   const ModelOffsets off = model_offsets(c, layout_);
   const float* P = params_.data();
-  // bf16 products (set_dtype): the weights' bf16 copy, each input rounded into s.x16.
-  const bf16* P16 = nullptr;
-  if (dtype_ == DType::bf16) P16 = params16(ctx);
+  // bf16 products (set_dtype): each input rounded, the weights read from their bf16 copy
+  // (training) or packed (inference: packed_weight).
+  const bool b16 = dtype_ == DType::bf16;
+  const bool inference = options.inference || cached;
+  const bf16* P16 = b16 && !inference ? params16(ctx) : nullptr;
   // Where a product's input x [n] goes rounded to bf16: inference, one scratch; training, kept
   // for the backward's weight gradient (s.rounded, found there by x).
   auto rounded_slot = [&](const float* x, int64_t n) {
@@ -313,7 +315,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
                     const float* bias, float* y, int64_t ldy,
                     std::optional<ops::Activation> act = std::nullopt, const bf16* x16 = nullptr,
                     bf16* y16 = nullptr) {
-    if (!P16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
+    if (!b16) return ops::linear_forward(ctx, sh, x, ldx, P + w_off, bias, y, ldy, act);
     if (!x16) {
       bf16* slot = rounded_slot(x, sh.rows * sh.in_features);
       ctx.parallel_for(sh.rows, [&](Range rows, int) {
@@ -322,11 +324,18 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
       });
       x16 = slot;
     }
+    const ops::PackedWeight* packed =
+        inference ? &packed_weight(ctx, w_off, sh.in_features, sh.out_features) : nullptr;
     if (y16) {
       check(!act, "linear: a bf16-only output with an activation");
+      if (packed)
+        return ops::linear_forward_bf16_rounded(ctx, sh, x16, sh.in_features, *packed, bias, y16,
+                                                ldy);
       return ops::linear_forward_bf16_rounded(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y16,
                                               ldy);
     }
+    if (packed)
+      return ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, *packed, bias, y, ldy, act);
     ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y, ldy, act);
   };
   const bool drop = options.train && c.dropout > 0.0f;
@@ -338,7 +347,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   // the rounded rows, or null when y holds the output.
   auto norm_into_product = [&](const float* x, int64_t w_off, const float* bias, float* y,
                                float* mean, float* rstd) -> const bf16* {
-    if (!P16) {
+    if (!b16) {
       ops::norm_forward(ctx, ns, x, P + w_off, bias, y, mean, rstd);
       return nullptr;
     }
@@ -350,7 +359,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   s.seq = seq;
   s.rounded_used = 0;
   detail::set_segments(c, batch, seq, cached, options, s);
-  s.inference = options.inference || cached;
+  s.inference = inference;
   s.cached = cached;
   s.x.resize(static_cast<size_t>(c.n_layer + 1));
   s.blocks.resize(static_cast<size_t>(c.n_layer));
@@ -415,7 +424,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     // the bytes each step reads). Without RoPE (which turns the float32 rows) and outside decoding
     // (whose cache takes float32 rows), the product writes qkv only rounded: `qkv` then only
     // names the rows (detail::to_bf16_operands) and is never written or read.
-    const bool attend16 = P16 && (cached || detail::bf16_attention(s));
+    const bool attend16 = b16 && (cached || detail::bf16_attention(s));
     bf16* qkv16 = nullptr;
     if (attend16) {
       Tensor& t = s.blocks[static_cast<size_t>(l)].qkv16;
@@ -490,7 +499,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     // For a backward, GELU's derivative replaces fc (which nothing else reads), from the same
     // tanh or erf as its value.
     const bool keep_grad = !s.inference && ops::activation_keeps_grad(c.activation);
-    if (keep_grad && P16) {
+    if (keep_grad && b16) {  // (training: P16 is the bf16 arena)
       // Mixed precision: the value is only written rounded to bf16, where the down product and
       // the backward's weight gradient read it (gel itself stays unwritten: it names the copy).
       linear(up, m_in, d.C, o.fc_w, maybe(P, o.fc_b), fc, d.Fi, std::nullopt, m_in16);
@@ -546,8 +555,26 @@ void GPT::set_dtype(DType dtype) {
         dtype_name(dtype));
   if (dtype != dtype_) state_->cache_len = 0;  // the cache is kept in the products' dtype
   dtype_ = dtype;
-  params16_stale_ = true;
-  if (dtype == DType::f32) params16_ = Tensor();
+  params16_stale_ = packed_stale_ = true;
+  if (dtype == DType::f32) {
+    params16_ = Tensor();
+    packed_.clear();
+  }
+}
+
+const ops::PackedWeight& GPT::packed_weight(ThreadContext& ctx, int64_t offset, int64_t in_features,
+                                            int64_t out_features) {
+  if (packed_stale_) {
+    packed_.clear();
+    packed_stale_ = false;
+  }
+  ops::PackedWeight& w = packed_[offset];
+  if (w.in_features() != in_features || w.out_features() != out_features) {
+    Tensor rounded(DType::bf16, {out_features * in_features});  // [out, in], as the arena holds it
+    to_bf16(ctx, params_.data() + offset, rounded.data<bf16>(), out_features * in_features);
+    w = ops::PackedWeight(rounded.data<bf16>(), in_features, out_features);
+  }
+  return w;
 }
 
 const bf16* GPT::params16(ThreadContext& ctx) {

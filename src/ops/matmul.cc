@@ -16,13 +16,70 @@ namespace headlight::ops {
 namespace {
 // Below this many multiply-adds dnnl_sgemm runs instead of the matmul primitive.
 constexpr int64_t kPrimitiveMinWork = int64_t{1} << 22;
+
+const dnnl::engine& cpu_engine() {
+  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
 }  // namespace
+
+struct PackedWeight::Impl {
+  int64_t in, out;
+  dnnl::memory memory;  // Wᵀ [in, out] in the layout oneDNN chose (it owns the buffer)
+};
+
+PackedWeight::PackedWeight() = default;
+PackedWeight::PackedWeight(PackedWeight&&) noexcept = default;
+PackedWeight& PackedWeight::operator=(PackedWeight&&) noexcept = default;
+PackedWeight::~PackedWeight() = default;
+
+int64_t PackedWeight::in_features() const {
+  return impl_ ? impl_->in : 0;
+}
+int64_t PackedWeight::out_features() const {
+  return impl_ ? impl_->out : 0;
+}
+size_t PackedWeight::bytes() const {
+  return impl_ ? impl_->memory.get_desc().get_size() : 0;
+}
+
+PackedWeight::PackedWeight(const bf16* weight, int64_t in_features, int64_t out_features) {
+  check(in_features > 0 && out_features > 0, "PackedWeight: empty weight [{}, {}]", out_features,
+        in_features);
+  using dnnl::memory;
+  const auto bt = memory::data_type::bf16;
+  const memory::desc plain({in_features, out_features}, bt, memory::dims{1, in_features});
+  try {
+    // The layout oneDNN's product picks for a weight of this shape (one input row: decoding; on
+    // AVX-512 BF16 the same layout serves every row count).
+    const dnnl::matmul::primitive_desc pd(
+        dnnl::matmul::desc(
+            memory::desc({1, in_features}, bt, memory::dims{in_features, 1}),
+            memory::desc({in_features, out_features}, bt, memory::format_tag::any),
+            memory::desc({1, out_features}, memory::data_type::f32, memory::dims{out_features, 1})),
+        cpu_engine());
+    impl_ = std::make_unique<Impl>(
+        Impl{in_features, out_features, memory(pd.weights_desc(), cpu_engine())});
+    memory src(plain, cpu_engine(), const_cast<bf16*>(weight));
+    dnnl::stream stream(cpu_engine());
+    dnnl::reorder(src, impl_->memory).execute(stream, src, impl_->memory);
+    stream.wait();
+  } catch (const dnnl::error& e) {
+    fail("PackedWeight: oneDNN failed ({}) for a weight [{}, {}]", e.what(), out_features,
+         in_features);
+  }
+}
 
 void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const OutputArg& c) {
   check(a.cols == b.rows, "matmul: inner dimensions differ: a is [{}, {}], b is [{}, {}]", a.rows,
         a.cols, b.rows, b.cols);
   const bool bf16 = a.bf16 != nullptr;
-  check(bf16 == (b.bf16 != nullptr) && (bf16 ? !a.data && !b.data : true),
+  const PackedWeight::Impl* packed = b.packed && !b.packed->empty() ? &b.packed->impl() : nullptr;
+  check(!b.packed ||
+            (packed && bf16 && !b.data && !b.bf16 && packed->in == b.rows && packed->out == b.cols),
+        "matmul: a packed weight [{}, {}] as b [{}, {}] needs bf16 rows of a and no other b",
+        packed ? packed->out : 0, packed ? packed->in : 0, b.rows, b.cols);
+  check(bf16 == (b.bf16 != nullptr || packed != nullptr) && (bf16 ? !a.data && !b.data : true),
         "matmul: both inputs must be float32 or both bf16");
   const int64_t m = a.rows, n = b.cols, k = a.cols;
   if (m == 0 || n == 0) return;
@@ -72,12 +129,14 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   // with swapped strides. The primitive itself comes from oneDNN's primitive cache after the
   // first call of a shape.
   using dnnl::memory;
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  const dnnl::engine& engine = cpu_engine();
   const auto in_type = bf16 ? memory::data_type::bf16 : memory::data_type::f32;
   const memory::desc a_md({m, k}, in_type,
                           a.transposed ? memory::dims{1, a.ld} : memory::dims{a.ld, 1});
-  const memory::desc b_md({k, n}, in_type,
-                          b.transposed ? memory::dims{1, b.ld} : memory::dims{b.ld, 1});
+  const memory::desc b_md =
+      packed ? packed->memory.get_desc()
+             : memory::desc({k, n}, in_type,
+                            b.transposed ? memory::dims{1, b.ld} : memory::dims{b.ld, 1});
   const memory::desc c_md({m, n}, out16 ? memory::data_type::bf16 : memory::data_type::f32,
                           memory::dims{c.ld, 1});
   try {
@@ -103,9 +162,10 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
     memory am(a_md, engine,
               bf16 ? static_cast<void*>(const_cast<headlight::bf16*>(a.bf16))
                    : static_cast<void*>(const_cast<float*>(a.data))),
-        bm(b_md, engine,
-           bf16 ? static_cast<void*>(const_cast<headlight::bf16*>(b.bf16))
-                : static_cast<void*>(const_cast<float*>(b.data)));
+        bm = packed ? packed->memory
+                    : memory(b_md, engine,
+                             bf16 ? static_cast<void*>(const_cast<headlight::bf16*>(b.bf16))
+                                  : static_cast<void*>(const_cast<float*>(b.data)));
     memory cm(c_md, engine, out16 ? static_cast<void*>(c.data16) : static_cast<void*>(c.data));
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
@@ -141,6 +201,16 @@ void linear_forward_bf16(ThreadContext& ctx, const LinearShape& s, const bf16* x
       {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .activation = activation});
 }
 
+void linear_forward_bf16(ThreadContext& ctx, const LinearShape& s, const bf16* x, int64_t ldx,
+                         const PackedWeight& weight, const float* bias, float* y, int64_t ldy,
+                         std::optional<Activation> activation) {
+  if (s.rows == 0 || s.out_features == 0) return;
+  matmul(
+      ctx, {.rows = s.rows, .cols = s.in_features, .ld = ldx, .bf16 = x},
+      {.rows = s.in_features, .cols = s.out_features, .packed = &weight},
+      {.data = y, .ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .activation = activation});
+}
+
 void linear_forward_bf16_rounded(ThreadContext& ctx, const LinearShape& s, const bf16* x,
                                  int64_t ldx, const bf16* weight, const float* bias, bf16* y16,
                                  int64_t ldy) {
@@ -151,6 +221,15 @@ void linear_forward_bf16_rounded(ThreadContext& ctx, const LinearShape& s, const
           .ld = s.in_features,
           .transposed = true,
           .bf16 = weight},
+         {.ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .data16 = y16});
+}
+
+void linear_forward_bf16_rounded(ThreadContext& ctx, const LinearShape& s, const bf16* x,
+                                 int64_t ldx, const PackedWeight& weight, const float* bias,
+                                 bf16* y16, int64_t ldy) {
+  if (s.rows == 0 || s.out_features == 0) return;
+  matmul(ctx, {.rows = s.rows, .cols = s.in_features, .ld = ldx, .bf16 = x},
+         {.rows = s.in_features, .cols = s.out_features, .packed = &weight},
          {.ld = ldy, .alpha = 1.0f, .beta = 0.0f, .bias = bias, .data16 = y16});
 }
 

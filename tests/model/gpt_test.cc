@@ -225,8 +225,9 @@ TEST(GPT, InferenceForwardMatchesAndRefusesABackward) {
 
 TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndTrainInMixedPrecision) {
   // bf16 products (set_dtype): every product's inputs rounded to bf16, so the logits move by about
-  // 2⁻⁸ of their size; the copy of the weights follows changes made through param(); a training
-  // step's loss and gradients stay near float32's; decoding with the cache equals the full forward.
+  // 2⁻⁸ of their size; the copies of the weights (packed for inference, the arena's for training)
+  // follow changes made through param(); a training step's loss and gradients stay near
+  // float32's; decoding with the cache equals the full forward.
   GPTConfig c = small_config();
   c.n_embd = 128;
   c.mlp_hidden = 512;
@@ -248,12 +249,20 @@ TEST(GPT, Bf16ProductsTrackTheFloat32WeightsAndTrainInMixedPrecision) {
   }
   EXPECT_GT(diff, 0.0);  // bf16 products did run
   EXPECT_LT(diff, 0.03 * scale);
-  // A change to the weights through param() reaches the bf16 products.
+  // An inference forward reads each weight packed for oneDNN, a forward that keeps activations
+  // for a backward the bf16 copy of the arena: the same values, so the same logits up to the
+  // products' summation order.
+  const float* kept = m.forward(ctx, t.data(), 2, 16, ForwardOptions{});
+  for (size_t i = 0; i < f32.size(); ++i) ASSERT_NEAR(kept[i], b16[i], 1e-5 * scale) << i;
+  // A change to the weights through param() reaches the bf16 products (packed or not).
   float* w = m.param("lm_head.weight");
   for (int64_t i = 0; i < c.n_embd; ++i) w[i] *= 2.0f;  // token 0's output row
   out = m.forward(ctx, t.data(), 2, 16, o);
   EXPECT_NE(out[0], b16[0]);
   EXPECT_EQ(out[1], b16[1]);
+  out = m.forward(ctx, t.data(), 2, 16, ForwardOptions{});
+  EXPECT_NE(out[0], b16[0]);
+  EXPECT_NEAR(out[1], b16[1], 1e-5 * scale);
   // Mixed-precision training: the loss and every gradient near float32's.
   std::vector<int32_t> targets(t.begin() + 1, t.end());
   targets.push_back(0);

@@ -131,6 +131,77 @@ TEST(Matmul, Bf16OutputIsTheFloat32OutputRoundedOnce) {
   }
 }
 
+TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
+  // A weight packed once into oneDNN's blocked layout holds the same values: a product reading it
+  // is the exact product of the bf16 values up to fp32 accumulation, as with the plain weight
+  // (whose result can differ in the last bits: oneDNN may sum the inner dimension in another
+  // order), for one row (decoding) and many, odd widths, a strided input and output, with a bias
+  // and an epilogue activation. A packed weight that does not fit the product, or with float32
+  // rows, is refused by name.
+  ThreadContext ctx(2);
+  struct Dims {
+    int64_t rows, in, out;
+  };
+  for (const Dims d : {Dims{1, 5, 3}, Dims{1, 576, 1536}, Dims{3, 130, 77}, Dims{200, 64, 96},
+                       Dims{1, 1536, 576}}) {
+    SCOPED_TRACE(::testing::Message() << d.rows << " rows, W [" << d.out << ", " << d.in << "]");
+    const int64_t ldx = d.in + 3, ldy = d.out + 2;
+    auto x = random_vector(static_cast<size_t>(d.rows * ldx), 11);
+    auto w = random_vector(static_cast<size_t>(d.out * d.in), 12);
+    auto bias = random_vector(static_cast<size_t>(d.out), 13);
+    std::vector<bf16> x16(x.size()), w16(w.size());
+    to_bf16(x.data(), x16.data(), x.size());
+    to_bf16(w.data(), w16.data(), w.size());
+    const PackedWeight packed(w16.data(), d.in, d.out);
+    EXPECT_EQ(packed.in_features(), d.in);
+    EXPECT_EQ(packed.out_features(), d.out);
+    EXPECT_GE(packed.bytes(), static_cast<size_t>(d.in * d.out) * sizeof(bf16));
+    const LinearShape s{.rows = d.rows, .in_features = d.in, .out_features = d.out};
+    for (const std::optional<Activation> act :
+         {std::optional<Activation>{}, std::optional<Activation>{Activation::gelu_tanh}}) {
+      std::vector<float> y(static_cast<size_t>(d.rows * ldy), 7.0f);
+      linear_forward_bf16(ctx, s, x16.data(), ldx, packed, bias.data(), y.data(), ldy, act);
+      for (int64_t i = 0; i < d.rows; ++i)
+        for (int64_t j = 0; j < d.out; ++j) {
+          double z = bias[static_cast<size_t>(j)], mag = std::fabs(z);
+          for (int64_t p = 0; p < d.in; ++p) {
+            const double t = double(to_float(x16[static_cast<size_t>(i * ldx + p)])) *
+                             double(to_float(w16[static_cast<size_t>(j * d.in + p)]));
+            z += t;
+            mag += std::fabs(t);
+          }
+          // GELU's slope is below 1.13: the pre-activation's error bound carries over.
+          const double want =
+              act ? 0.5 * z * (1 + std::tanh(0.7978845608 * (z + 0.044715 * z * z * z))) : z;
+          ASSERT_NEAR(y[static_cast<size_t>(i * ldy + j)], want, 1e-5 * (1 + 2 * mag))
+              << i << "," << j;
+        }
+      for (int64_t i = 0; i < d.rows; ++i)  // the padding between rows is not written
+        for (int64_t j = d.out; j < ldy; ++j) ASSERT_EQ(y[static_cast<size_t>(i * ldy + j)], 7.0f);
+    }
+  }
+  std::vector<bf16> w16(12, to_bf16(0.5f));
+  const PackedWeight packed(w16.data(), 4, 3);  // W [3, 4]
+  float y[3];
+  std::vector<bf16> x16(5, to_bf16(1.0f));
+  std::vector<float> x(5, 1.0f);
+  auto refused = [&](auto&& call) {
+    try {
+      call();
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("packed weight"), std::string::npos) << e.what();
+    }
+  };
+  refused([&] {  // in_features 5 against a weight of 4
+    linear_forward_bf16(ctx, {.rows = 1, .in_features = 5, .out_features = 3}, x16.data(), 5,
+                        packed, nullptr, y, 3);
+  });
+  refused([&] {  // float32 rows
+    matmul(ctx, {x.data(), 1, 4, 4}, {.rows = 4, .cols = 3, .packed = &packed}, {y, 3});
+  });
+}
+
 TEST(Matmul, RejectsMismatchedInnerDimensions) {
   ThreadContext ctx(1);
   float x = 0;

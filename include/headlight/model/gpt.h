@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "headlight/attention/dispatch.h"
@@ -26,6 +27,7 @@
 #include "headlight/core/thread_context.h"
 #include "headlight/model/config.h"
 #include "headlight/model/parameters.h"
+#include "headlight/ops/matmul.h"
 
 namespace headlight::model {
 
@@ -90,7 +92,7 @@ class GPT {
   // Mutable access marks the bf16 copy of the weights (set_dtype) stale; it is remade before the
   // next forward that uses it.
   float* params() {
-    params16_stale_ = true;
+    params16_stale_ = packed_stale_ = true;
     return params_.data();
   }
   const float* params() const { return params_.data(); }
@@ -98,7 +100,7 @@ class GPT {
   const float* grads() const { return grads_.data(); }
   // The parameter `name` (a view into the arena); throws naming it when absent.
   float* param(const std::string& name) {
-    params16_stale_ = true;
+    params16_stale_ = packed_stale_ = true;
     return params_.data() + layout_.at(name).offset;
   }
   float* grad(const std::string& name) { return grads_.data() + layout_.at(name).offset; }
@@ -147,7 +149,9 @@ class GPT {
   // AdamW updates), each product's inputs (activations, output gradients) rounded, products
   // accumulated in fp32 into float32 activations and gradients; norms, softmax, residuals and the
   // loss stay float32. Attention reads q, k, v in bf16 for sequences of ≥ 512 rows and when
-  // decoding, whose KV cache is then kept in bf16 (a change of dtype empties the cache).
+  // decoding, whose KV cache is then kept in bf16 (a change of dtype empties the cache). An
+  // inference forward (decoding included) reads each product's weight packed once for oneDNN
+  // (ops::PackedWeight) instead of the bf16 copy of the arena, which only training makes.
   void set_dtype(DType dtype);
   DType dtype() const { return dtype_; }
 
@@ -173,6 +177,13 @@ class GPT {
   DType dtype_ = DType::f32;
   Tensor params16_;  // [layout.total()] bf16, when dtype_ is bf16
   bool params16_stale_ = true;
+  // bf16 inference: a product's weight [out, in] at `offset` in the arena, rounded to bf16 and
+  // packed for oneDNN on first use (one decoding step's products read them in a third to a half
+  // of the time a plain bf16 weight takes), then kept until the parameters change.
+  const ops::PackedWeight& packed_weight(ThreadContext& ctx, int64_t offset, int64_t in_features,
+                                         int64_t out_features);
+  std::unordered_map<int64_t, ops::PackedWeight> packed_;  // by offset
+  bool packed_stale_ = true;
   Tensor grads_;  // [layout.total()], their gradients
   attention::HeadGates gates_;
   std::unique_ptr<State> state_;
