@@ -326,17 +326,18 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
     }
     const ops::PackedWeight* packed =
         inference ? &packed_weight(ctx, w_off, sh.in_features, sh.out_features) : nullptr;
+    if (packed && !packed->serves(sh.rows)) packed = nullptr;
+    const bf16* w16 = packed ? nullptr : (P16 ? P16 : params16(ctx)) + w_off;
     if (y16) {
       check(!act, "linear: a bf16-only output with an activation");
       if (packed)
         return ops::linear_forward_bf16_rounded(ctx, sh, x16, sh.in_features, *packed, bias, y16,
                                                 ldy);
-      return ops::linear_forward_bf16_rounded(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y16,
-                                              ldy);
+      return ops::linear_forward_bf16_rounded(ctx, sh, x16, sh.in_features, w16, bias, y16, ldy);
     }
     if (packed)
       return ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, *packed, bias, y, ldy, act);
-    ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, P16 + w_off, bias, y, ldy, act);
+    ops::linear_forward_bf16(ctx, sh, x16, sh.in_features, w16, bias, y, ldy, act);
   };
   const bool drop = options.train && c.dropout > 0.0f;
   const ops::NormKind nk =

@@ -31,7 +31,26 @@ const dnnl::engine& cpu_engine() {
 struct PackedWeight::Impl {
   int64_t in, out;
   dnnl::memory memory;  // Wᵀ [in, out] in the layout oneDNN chose (it owns the buffer)
+  bool any_rows;        // many rows get the same layout (serves)
 };
+
+namespace {
+// The weight layout oneDNN's bf16 product picks for `rows` rows against W [out, in].
+dnnl::memory::desc weight_layout(int64_t rows, int64_t in, int64_t out) {
+  using dnnl::memory;
+  const auto bt = memory::data_type::bf16;
+  const dnnl::matmul::primitive_desc pd(
+      dnnl::matmul::desc(memory::desc({rows, in}, bt, memory::dims{in, 1}),
+                         memory::desc({in, out}, bt, memory::format_tag::any),
+                         memory::desc({rows, out}, memory::data_type::f32, memory::dims{out, 1})),
+      cpu_engine());
+  return pd.weights_desc();
+}
+}  // namespace
+
+bool PackedWeight::serves(int64_t rows) const {
+  return impl_ && (impl_->any_rows || rows <= kPackedRows);
+}
 
 PackedWeight::PackedWeight() = default;
 PackedWeight::PackedWeight(PackedWeight&&) noexcept = default;
@@ -55,16 +74,10 @@ PackedWeight::PackedWeight(const bf16* weight, int64_t in_features, int64_t out_
   const auto bt = memory::data_type::bf16;
   const memory::desc plain({in_features, out_features}, bt, memory::dims{1, in_features});
   try {
-    // The layout oneDNN's product picks for a weight of this shape (one input row: decoding; on
-    // AVX-512 BF16 the same layout serves every row count).
-    const dnnl::matmul::primitive_desc pd(
-        dnnl::matmul::desc(
-            memory::desc({1, in_features}, bt, memory::dims{in_features, 1}),
-            memory::desc({in_features, out_features}, bt, memory::format_tag::any),
-            memory::desc({1, out_features}, memory::data_type::f32, memory::dims{out_features, 1})),
-        cpu_engine());
-    impl_ = std::make_unique<Impl>(
-        Impl{in_features, out_features, memory(pd.weights_desc(), cpu_engine())});
+    // The layout oneDNN's product picks for one input row (decoding).
+    const memory::desc layout = weight_layout(1, in_features, out_features);
+    impl_ = std::make_unique<Impl>(Impl{in_features, out_features, memory(layout, cpu_engine()),
+                                        weight_layout(512, in_features, out_features) == layout});
     memory src(plain, cpu_engine(), const_cast<bf16*>(weight));
     dnnl::stream stream(cpu_engine());
     dnnl::reorder(src, impl_->memory).execute(stream, src, impl_->memory);

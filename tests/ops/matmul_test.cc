@@ -156,6 +156,7 @@ TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
     EXPECT_EQ(packed.in_features(), d.in);
     EXPECT_EQ(packed.out_features(), d.out);
     EXPECT_GE(packed.bytes(), static_cast<size_t>(d.in * d.out) * sizeof(bf16));
+    EXPECT_TRUE(packed.serves(1) && packed.serves(PackedWeight::kPackedRows));
     const LinearShape s{.rows = d.rows, .in_features = d.in, .out_features = d.out};
     for (const std::optional<Activation> act :
          {std::optional<Activation>{}, std::optional<Activation>{Activation::gelu_tanh}}) {
@@ -196,6 +197,13 @@ TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
   refused([&] {  // in_features 5 against a weight of 4
     linear_forward_bf16(ctx, {.rows = 1, .in_features = 5, .out_features = 3}, x16.data(), 5,
                         packed, nullptr, y, 3);
+  });
+  const PackedWeight none;
+  EXPECT_TRUE(none.empty());
+  EXPECT_FALSE(none.serves(1));
+  refused([&] {  // an empty packed weight
+    matmul(ctx, {.rows = 1, .cols = 4, .ld = 4, .bf16 = x16.data()},
+           {.rows = 4, .cols = 3, .packed = &none}, {y, 3});
   });
   refused([&] {  // float32 rows
     matmul(ctx, {x.data(), 1, 4, 4}, {.rows = 4, .cols = 3, .packed = &packed}, {y, 3});

@@ -32,6 +32,12 @@ class PackedWeight {
   ~PackedWeight();
 
   bool empty() const { return impl_ == nullptr; }
+  // Whether a product of `rows` input rows should read this copy: oneDNN picks the layout per
+  // row count, and the copy has the layout of one row (decoding). Where many rows (512) get the
+  // same layout (AVX-512 BF16) it serves every product; where they do not (AMX may block
+  // differently), products of more than kPackedRows rows are better off with the plain weight.
+  bool serves(int64_t rows) const;
+  static constexpr int64_t kPackedRows = 16;
   int64_t in_features() const;
   int64_t out_features() const;
   // Bytes of the packed copy.
