@@ -121,8 +121,12 @@ void dropout(ThreadContext& ctx, float* x, int64_t n, float p, uint64_t seed, ui
 }
 
 void add(ThreadContext& ctx, int64_t n, const float* a, const float* b, float* out) {
-  ctx.parallel_for(n, [&](Range r, int) {
-    for (int64_t i = r.begin; i < r.end; ++i) out[i] = a[i] + b[i];
+  // In chunks, so that a decoding step's one row (n = C) runs on the calling thread: starting the
+  // other threads costs more than its additions.
+  constexpr int64_t kChunk = 1 << 14;
+  ctx.parallel_for((n + kChunk - 1) / kChunk, [&](Range chunks, int) {
+    const int64_t end = std::min(n, chunks.end * kChunk);
+    for (int64_t i = chunks.begin * kChunk; i < end; ++i) out[i] = a[i] + b[i];
   });
 }
 
