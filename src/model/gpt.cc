@@ -26,7 +26,6 @@ GPT::GPT(const GPTConfig& config, uint64_t seed)
     : config_(config),
       layout_(config),
       params_(Tensor::zeros({layout_.total()})),
-      grads_(Tensor::zeros({layout_.total()})),
       gates_(config.n_layer, config.n_head),
       state_(std::make_unique<State>()) {
   Generator gen(seed);
@@ -50,7 +49,6 @@ GPT::GPT(const GPTConfig& config, const TensorSource& source)
     : config_(config),
       layout_(config_),
       params_(Tensor::zeros({layout_.total()})),
-      grads_(Tensor::zeros({layout_.total()})),
       gates_(config_.n_layer, config_.n_head),
       state_(std::make_unique<State>()) {
   std::set<std::string> expected;
@@ -72,8 +70,13 @@ GPT::GPT(GPT&&) noexcept = default;
 GPT& GPT::operator=(GPT&&) noexcept = default;
 GPT::~GPT() = default;
 
+Tensor& GPT::grads_arena() const {
+  if (grads_.numel() != layout_.total()) grads_ = Tensor::zeros({layout_.total()});
+  return grads_;
+}
+
 void GPT::zero_grads() {
-  grads_.fill(0.0f);
+  if (grads_.numel() == layout_.total()) grads_.fill(0.0f);  // (else made zeroed when needed)
   gates_.zero_grads();
 }
 

@@ -114,7 +114,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   const Dims d = detail::dims(c, s.batch, s.seq);
   const ModelOffsets off = model_offsets(c, layout_);
   const float* P = params_.data();
-  float* G = grads_.data();
+  float* G = grads();
   const Bf16Products b16{.P = P,
                          .P16 = dtype_ == DType::bf16 ? params16(ctx) : nullptr,
                          .dy16 = &s.dy16,

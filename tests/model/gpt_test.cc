@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -126,6 +128,30 @@ TEST(GPT, RejectsBadCheckpointContents) {
         R"({"vocab_size":37,"n_layer":2,"n_head":4,"n_kv_head":3,"n_embd":32,"block_size":24})";
     expect_error([&] { GPT m(s); }, {"n_kv_head: 3"});
   }
+}
+
+TEST(GPT, GradientsAreMadeOnFirstUseAndReadAsZerosBefore) {
+  // A model only run forward (generation, embeddings, head reports) holds no gradient arena; the
+  // gradients read as zeros until a backward fills them, through either accessor, and zero_grads
+  // before any exists is allowed.
+  GPT m(small_config(), 3);
+  ThreadContext ctx(2);
+  const auto t = tokens_for(2 * 8, m.config().vocab_size, 4);
+  m.zero_grads();
+  ForwardOptions o;
+  o.inference = true;
+  m.forward(ctx, t.data(), 2, 8, o);
+  const GPT& cm = m;
+  const int64_t n = m.layout().total();
+  EXPECT_TRUE(std::all_of(cm.grads(), cm.grads() + n, [](float g) { return g == 0.0f; }));
+  std::vector<int32_t> targets(t.begin() + 1, t.end());
+  targets.push_back(0);
+  m.forward_backward(ctx, t.data(), targets.data(), 2, 8);
+  EXPECT_TRUE(std::any_of(cm.grads(), cm.grads() + n, [](float g) { return g != 0.0f; }));
+  EXPECT_EQ(m.grad("transformer.wte.weight"),
+            m.grads() + m.layout().at("transformer.wte.weight").offset);
+  m.zero_grads();
+  EXPECT_TRUE(std::all_of(m.grads(), m.grads() + n, [](float g) { return g == 0.0f; }));
 }
 
 TEST(GPT, TrainingStepIsBitwiseTheSameForAnyThreadCount) {

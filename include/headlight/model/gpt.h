@@ -96,14 +96,15 @@ class GPT {
     return params_.data();
   }
   const float* params() const { return params_.data(); }
-  float* grads() { return grads_.data(); }
-  const float* grads() const { return grads_.data(); }
+  // The gradients' arena, made (zeroed) on first use: a model only run forward never holds it.
+  float* grads() { return grads_arena().data(); }
+  const float* grads() const { return grads_arena().data(); }
   // The parameter `name` (a view into the arena); throws naming it when absent.
   float* param(const std::string& name) {
     params16_stale_ = packed_stale_ = true;
     return params_.data() + layout_.at(name).offset;
   }
-  float* grad(const std::string& name) { return grads_.data() + layout_.at(name).offset; }
+  float* grad(const std::string& name) { return grads() + layout_.at(name).offset; }
 
   // [n_layer, n_head] gates and their gradients (accumulated by forward_backward).
   attention::HeadGates& gates() { return gates_; }
@@ -184,7 +185,10 @@ class GPT {
                                          int64_t out_features);
   std::unordered_map<int64_t, ops::PackedWeight> packed_;  // by offset
   bool packed_stale_ = true;
-  Tensor grads_;  // [layout.total()], their gradients
+  Tensor& grads_arena() const;  // grads_, zeroed on first use
+  // [layout.total()], their gradients; empty until a backward or an accessor needs them (made in
+  // const accessors too: the gradients of a model that has run no backward read as zeros).
+  mutable Tensor grads_;
   attention::HeadGates gates_;
   std::unique_ptr<State> state_;
 };
