@@ -198,6 +198,13 @@ TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
     linear_forward_bf16(ctx, {.rows = 1, .in_features = 5, .out_features = 3}, x16.data(), 5,
                         packed, nullptr, y, 3);
   });
+  try {  // an empty weight
+    const PackedWeight empty(w16.data(), 0, 3);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("PackedWeight: empty weight [3, 0]"), std::string::npos)
+        << e.what();
+  }
   const PackedWeight none;
   EXPECT_TRUE(none.empty());
   EXPECT_FALSE(none.serves(1));

@@ -371,7 +371,7 @@ Plan make_plan(const AttentionParams& p) {
   plan.bf16 = p.q.is_bf16();
   plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
   plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
-  plan.in_place_bf16 = plan.bf16 && is_decode(p, plan) && decode_in_place(p, plan);
+  plan.in_place_bf16 = plan.bf16 && decode_in_place(p, plan);  // (in place implies decode)
   plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.native_softmax =
       plan.bf16 && !plan.in_place_bf16 && plan.lanes == 16 && (plan.amx || kernels::bf16_native());

@@ -74,8 +74,9 @@ struct KeyRange {
 struct Plan {
   int64_t lanes, group, dv_pad, bc_pad, br;
   bool bf16 = false;
-  // bf16 decode read in place (is_decode and decode_in_place): keys and values read where they
-  // lie by the fp32 decode loops, each element widened as it is loaded (half the bytes of fp32).
+  // bf16 decode read in place (decode_in_place, which is_decode then holds): keys and values read
+  // where they lie by the fp32 decode loops, each element widened as it is loaded (half the bytes
+  // of fp32).
   bool in_place_bf16 = false;
   bool amx = false;  // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
   // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
