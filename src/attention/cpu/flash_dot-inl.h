@@ -1,6 +1,6 @@
 // The decode path's scores (flash_kernels.cc dispatches to them): dot products of a few query rows
-// against key rows read where they lie, float32 or bf16, with the prefetches that stream K and V
-// from memory. The tile loops of the other paths are in flash_kernels-inl.h.
+// against key rows read where they lie, float32 or bf16, with the prefetches that stream short K
+// and V rows from memory. The tile loops of the other paths are in flash_kernels-inl.h.
 
 #if defined(HEADLIGHT_ATTENTION_FLASH_DOT_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef HEADLIGHT_ATTENTION_FLASH_DOT_INL_H_
@@ -25,6 +25,16 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 // Prefetches into L2 (locality 2: prefetcht1 on x86).
 constexpr int kToL2 = 2;
+// Whether decode prefetches its key and value rows (see DotTileT): when there is little
+// arithmetic per byte read, a key row of at most kPrefetchRowBytes (two cache lines: bf16 D ≤ 64,
+// fp32 D ≤ 32) or one fp32 query row per key; otherwise the rows are left to the hardware
+// prefetchers, which follow rows read in address order without holding the core's line fill
+// buffers.
+constexpr size_t kPrefetchRowBytes = 128;
+template <class T>
+constexpr bool PrefetchesDecode(size_t rows, size_t dim) {
+  return dim * sizeof(T) <= kPrefetchRowBytes || (rows == 1 && sizeof(T) == sizeof(float));
+}
 
 // Every cache line of `width` elements from `row` into L2.
 template <class T>
@@ -61,19 +71,24 @@ void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, s
 // once): s[r, c] = a[r, :] · k[c·ldk, :].
 //
 // Memory. Decode streams K and V from memory once; its FMAs take about half as long as the
-// reads, and on the machines measured they overlap with them poorly, so the order of the reads
-// matters more than the FMA count. Each key row is read front to back, one key at a time, for a
-// register tile of R query rows (the query heads of a GQA group share it): R accumulators, the
-// query vectors reloaded from L1 for every key. A tile of 4 keys × R rows that loads the same
-// vector of 4 key rows at once does a quarter of the query loads but interleaves 4 row streams,
-// which the hardware prefetchers follow worse than one (it was measured slower; the figures are in
-// docs/notes/2026-12-03-decode.md). The key rows are also prefetched kDotAhead keys ahead into L2
-// (locality 2: prefetcht1 on x86; a whole tile ahead into L1 would evict the lines in use), and
-// so are the rows of `ahead` (decode's value rows) as their keys are scored: P·V then reads the
-// tile's values from L2, while the reads from memory are all issued during the scores, one
-// stream of keys and one of values, ahead of use. (Left to P·V, the values were read from memory
-// with nothing in flight ahead of them; with the prefetch, decode took 10–15% less time in both
-// dtypes, docs/notes/2026-12-05-decode-prefetch.md.)
+// reads, so the order of the reads matters more than the FMA count. Each key row is read front
+// to back, one key at a time, for a register tile of R query rows (the query heads of a GQA group
+// share it): R accumulators, the query vectors reloaded from L1 for every key. A tile of 4 keys ×
+// R rows that loads the same vector of 4 key rows at once does a quarter of the query loads but
+// interleaves 4 row streams, which the hardware prefetchers follow worse than one (it was
+// measured slower; the figures are in docs/notes/2026-12-03-decode.md).
+//
+// Prefetch. When there is little arithmetic per byte (PrefetchesDecode: short key rows, or one
+// fp32 query row), the key rows are also prefetched kDotAhead keys ahead into L2 (locality 2:
+// prefetcht1 on x86), and so are the rows of `ahead` (decode's value rows) as their keys are
+// scored, so that P·V reads them from L2. Otherwise they are not: a software prefetch that misses
+// holds one of the core's line fill buffers until its line arrives, and with them all waiting
+// the prefetches stall the loads of the arithmetic behind them, while the hardware prefetchers,
+// which follow rows read in address order (the keys here, the values in P·V: PvInPlaceT reads
+// each value row whole), fetch into L2 without them. On Zen 4, 4,096 keys, 32 heads over 8,
+// D = 128: bf16 0.87 → 0.73 ms without the prefetches (and P·V by whole rows), fp32 1.51 →
+// 1.32; one fp32 row per key (12 heads, D = 64) is the other way, 0.55 ms without and 0.46 with
+// (docs/notes/2026-12-06-decode-without-prefetch.md).
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
@@ -100,7 +115,8 @@ constexpr size_t kDotRows = HWY_MIN(size_t{4}, hn::MaxLanes(DF()));
 constexpr size_t kDotAhead = 32;  // keys (16 KB at D = 128)
 
 // s[r] for rows a[0..R) against one key row k; the head dim is kDim, or dim_any when kDim = 0
-// (then a masked last vector). The fixed dims (64, 128) unroll completely.
+// (then a masked last vector). The fixed dims (64, 128) unroll completely. `ahead` (null: none)
+// is the key row to prefetch, one cache line per line of k.
 template <size_t R, size_t kDim, class T>
 HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const T* HWY_RESTRICT k,
                          size_t dim_any, float* HWY_RESTRICT s, size_t lds, const T* ahead) {
@@ -112,7 +128,7 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const T* HWY_R
   VF acc[kPadded];
   for (size_t i = 0; i < kPadded; ++i) acc[i] = hn::Zero(d);
   for (size_t e = 0; e < whole; e += L) {
-    if (e * sizeof(T) % 64 == 0) __builtin_prefetch(ahead + e, 0, kToL2);  // once per line
+    if (ahead && e * sizeof(T) % 64 == 0) __builtin_prefetch(ahead + e, 0, kToL2);  // per line
     const VF kv = LoadKV(d, k + e);
     for (size_t r = 0; r < R; ++r) acc[r] = hn::MulAdd(hn::LoadU(d, a + r * lda + e), kv, acc[r]);
   }
@@ -133,26 +149,29 @@ HWY_INLINE void DotMicro(const float* HWY_RESTRICT a, size_t lda, const T* HWY_R
   }
 }
 
-// One key at a time for a block of R rows.
+// One key at a time for a block of R rows, prefetching the key rows kDotAhead keys ahead when
+// prefetch_keys is set.
 // (ahead: rows to prefetch, one per key; data null for none.)
 template <size_t R, size_t kDim, class T>
 HWY_INLINE void DotRows(const float* a, size_t lda, const T* k, size_t ldk, size_t dim, size_t cols,
-                        float* s, size_t lds, RowsAhead<T> ahead) {
+                        float* s, size_t lds, bool prefetch_keys, RowsAhead<T> ahead) {
   for (size_t c = 0; c < cols; ++c) {
     if (ahead.data) PrefetchRow(ahead.data + c * ahead.ld, ahead.width);
-    DotMicro<R, kDim>(a, lda, k + c * ldk, dim, s + c, lds, k + (c + kDotAhead) * ldk);
+    DotMicro<R, kDim>(a, lda, k + c * ldk, dim, s + c, lds,
+                      prefetch_keys ? k + (c + kDotAhead) * ldk : nullptr);
   }
 }
 
 template <size_t R, class T>
 HWY_INLINE void DotRowsAnyDim(const float* a, size_t lda, const T* k, size_t ldk, size_t dim,
-                              size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
+                              size_t cols, float* s, size_t lds, bool prefetch_keys,
+                              RowsAhead<T> ahead) {
   if (dim == 128)
-    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds, ahead);
+    DotRows<R, 128>(a, lda, k, ldk, dim, cols, s, lds, prefetch_keys, ahead);
   else if (dim == 64)
-    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds, ahead);
+    DotRows<R, 64>(a, lda, k, ldk, dim, cols, s, lds, prefetch_keys, ahead);
   else
-    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds, ahead);
+    DotRows<R, 0>(a, lda, k, ldk, dim, cols, s, lds, prefetch_keys, ahead);
 }
 
 // With 32 vector registers (AVX-512) and D = 64 or 128, two query rows stay in registers (16
@@ -220,25 +239,62 @@ HWY_INLINE void DotPairRun(const float* HWY_RESTRICT a, size_t lda, const T* HWY
   }
   for (; c < cols; ++c) {
     if (ahead.data) PrefetchRow(ahead.data + c * ahead.ld, ahead.width);
-    DotMicro<2, kNV * L>(a, lda, k + c * ldk, 0, s + c, lds, k + (c + kDotAhead) * ldk);
+    DotMicro<2, kNV * L>(a, lda, k + c * ldk, 0, s + c, lds,
+                         prefetch ? k + (c + kDotAhead) * ldk : nullptr);
+  }
+}
+
+// One query row (a head without others in its group, or a group's odd row) in registers over L keys
+// at a time: L accumulators folded together (L − 1 folds) into the L scores, stored as one vector.
+// DotMicro<1> summed each key's lanes one by one, a chain of scalar additions per key that took
+// more time than its FMAs.
+template <size_t kNV, class T>
+HWY_INLINE void DotRowRun(const float* HWY_RESTRICT a, const T* HWY_RESTRICT k, size_t ldk,
+                          size_t cols, float* HWY_RESTRICT s, bool prefetch, RowsAhead<T> ahead) {
+  const DF d;
+  constexpr size_t L = hn::MaxLanes(DF());
+  VF q[kNV];
+  for (size_t e = 0; e < kNV; ++e) q[e] = hn::LoadU(d, a + e * L);
+  size_t c = 0;
+  for (; c + L <= cols; c += L) {
+    VF acc[L];  // acc[key]
+    HWY_UNROLL(16) for (size_t j = 0; j < L; ++j) acc[j] = hn::Zero(d);
+    HWY_UNROLL(16) for (size_t j = 0; j < L; ++j) {
+      const T* key = k + (c + j) * ldk;
+      if (ahead.data) PrefetchRow(ahead.data + (c + j) * ahead.ld, ahead.width);
+      HWY_UNROLL(8) for (size_t e = 0; e < kNV; ++e) {
+        if (prefetch && e * L * sizeof(T) % 64 == 0)
+          __builtin_prefetch(key + kDotAhead * ldk + e * L, 0, kToL2);
+        acc[j] = hn::MulAdd(q[e], LoadKV(d, key + e * L), acc[j]);
+      }
+    }
+    FoldVectors<L>(d, acc);  // lane j: key c + j's dot product
+    hn::StoreU(acc[0], d, s + c);
+  }
+  for (; c < cols; ++c) {
+    if (ahead.data) PrefetchRow(ahead.data + c * ahead.ld, ahead.width);
+    DotMicro<1, kNV * L>(a, 0, k + c * ldk, 0, s + c, 0,
+                         prefetch ? k + (c + kDotAhead) * ldk : nullptr);
   }
 }
 
 template <size_t kNV, class T>
 HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const T* k, size_t ldk,
-                                 size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
-  constexpr size_t L = hn::MaxLanes(DF());
+                                 size_t cols, float* s, size_t lds, bool prefetch_keys,
+                                 RowsAhead<T> ahead) {
   for (size_t c0 = 0; c0 < cols; c0 += kDotRun) {
     const size_t n = std::min(kDotRun, cols - c0);
     RowsAhead<T> run_ahead = ahead;
     if (ahead.data) run_ahead.data += c0 * ahead.ld;
     size_t r = 0;
     for (; r + 2 <= rows; r += 2)
-      DotPairRun<kNV>(a + r * lda, lda, k + c0 * ldk, ldk, n, s + r * lds + c0, lds, r == 0,
-                      r == 0 ? run_ahead : RowsAhead<T>{});
+      DotPairRun<kNV>(a + r * lda, lda, k + c0 * ldk, ldk, n, s + r * lds + c0, lds,
+                      r == 0 && prefetch_keys, r == 0 ? run_ahead : RowsAhead<T>{});
+    // An odd row after pairs prefetches the keys again: redundant, but it measured 5% faster
+    // (9 heads over 3, D = 64, bf16) than without.
     if (r < rows)
-      DotRows<1, kNV * L>(a + r * lda, lda, k + c0 * ldk, ldk, kNV * L, n, s + r * lds + c0, lds,
-                          {});
+      DotRowRun<kNV>(a + r * lda, k + c0 * ldk, ldk, n, s + r * lds + c0, prefetch_keys,
+                     r == 0 ? run_ahead : RowsAhead<T>{});
   }
 }
 #endif  // HWY_MAX_BYTES == 64
@@ -246,18 +302,24 @@ HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const 
 template <class T>
 void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, size_t dim,
               size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
+  const bool prefetch = PrefetchesDecode<T>(rows, dim);
+  if (!prefetch) ahead = {};
 #if HWY_MAX_BYTES == 64
-  if (rows >= 2 && dim == 128)
-    return DotTileRegisters<8>(a, lda, rows, k, ldk, cols, s, lds, ahead);
-  if (rows >= 2 && dim == 64) return DotTileRegisters<4>(a, lda, rows, k, ldk, cols, s, lds, ahead);
+  // One row that prefetches (MHA fp32, or short rows: bound by the reads) goes one key at a time:
+  // DotRowRun's bursts of L keys measured 5–9% slower there (12 heads, D = 64, fp32 and bf16),
+  // though faster without the prefetches (bf16, D = 128).
+  if (rows >= 2 || !prefetch) {
+    if (dim == 128) return DotTileRegisters<8>(a, lda, rows, k, ldk, cols, s, lds, prefetch, ahead);
+    if (dim == 64) return DotTileRegisters<4>(a, lda, rows, k, ldk, cols, s, lds, prefetch, ahead);
+  }
 #endif
-  // The first block of rows reads the keys from memory and prefetches `ahead`.
+  // The first block of rows reads the keys from memory and prefetches them and `ahead`.
   size_t r = 0;
   for (; r + kDotRows <= rows; r += kDotRows)
     DotRowsAnyDim<kDotRows>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
-                            r == 0 ? ahead : RowsAhead<T>{});
+                            r == 0 && prefetch, r == 0 ? ahead : RowsAhead<T>{});
   for (; r < rows; ++r)
-    DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds,
+    DotRowsAnyDim<1>(a + r * lda, lda, k, ldk, dim, cols, s + r * lds, lds, r == 0 && prefetch,
                      r == 0 ? ahead : RowsAhead<T>{});
 }
 #endif

@@ -131,7 +131,8 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       // Keys and values in place (decode): the rows of every head of the group form one tile,
       // so each key and value row is read once for the whole group.
       const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
-      // The scores prefetch the tile's value rows into L2 for P·V (kernels::RowsAhead).
+      // The scores prefetch the tile's value rows into L2 for P·V when the rows are short
+      // (kernels::RowsAhead; flash_dot-inl.h).
       const auto dv = static_cast<size_t>(sh.value_dim);
       if (plan.bf16)  // a bf16 cache, read in place (plan.in_place_bf16)
         kernels::dot_tile_bf16(w.q, D, gr, p.k.bf16_at(b, g, j0), p.k.row_stride, D, cols, w.s,
@@ -154,11 +155,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
           apply_dropout(p, {b, g * G + hg, i0, rows, j0, cols, partial},
                         w.s + hg * rows * plan.bc_pad, plan.bc_pad);
       if (plan.bf16)
-        kernels::pv_tile_bf16_rows(w.s, plan.bc_pad, gr, cols, p.v.bf16_at(b, g, j0),
-                                   p.v.row_stride, plan.dv_pad, w.o, plan.dv_pad, w.alpha);
+        kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, p.v.bf16_at(b, g, j0), p.v.row_stride,
+                                  plan.dv_pad, w.o, plan.dv_pad, w.alpha);
       else
-        kernels::pv_tile(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad,
-                         w.alpha);
+        kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad,
+                                  w.alpha);
       continue;
     }
     // The vdpbf16ps softmax takes a causal tile's structural masks as the rows' limits (no mask

@@ -432,10 +432,38 @@ void PvTile(const float* p, size_t ldp, size_t rows, size_t cols, const float* v
   PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
-// PvTile over bf16 value rows (a bf16 KV cache read in place), widened as they are loaded.
-void PvTileBf16Rows(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v, size_t ldv,
-                    size_t width, float* o, size_t ldo, const float* alpha) {
+// PvTile for decode, whose value rows are read where they lie, from memory: fp32, or bf16 (a bf16
+// KV cache) widened as they are loaded. On AVX-512, rows of 8 vectors (D = 128) go two query rows
+// at a time over the whole width (16 accumulators), so that each pass reads every value row
+// whole, in address order, as the hardware prefetchers follow a stream (decode does not prefetch
+// long rows itself: flash_dot-inl.h); PvTileT's 4-vector column blocks would read each row in two
+// strided halves. The arithmetic is PvTileT's, element for element: the same bits.
+template <class TB>
+void PvInPlaceT(const float* p, size_t ldp, size_t rows, size_t cols, const TB* v, size_t ldv,
+                size_t width, float* o, size_t ldo, const float* alpha) {
+#if HWY_MAX_BYTES == 64 && !HWY_HAVE_SCALABLE  // 32 vector registers (AVX-512)
+  if (width == 8 * hn::Lanes(DF())) {
+    size_t r = 0;
+    for (; r + 2 <= rows; r += 2)
+      AccumulateMicro<2, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
+                                   alpha ? alpha + r : nullptr);
+    if (r < rows)
+      AccumulateMicro<1, 8, false>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo,
+                                   alpha ? alpha + r : nullptr);
+    return;
+  }
+#endif
   PvTileT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+}
+
+void PvInPlace(const float* p, size_t ldp, size_t rows, size_t cols, const float* v, size_t ldv,
+               size_t width, float* o, size_t ldo, const float* alpha) {
+  PvInPlaceT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+}
+
+void PvInPlaceBf16(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v, size_t ldv,
+                   size_t width, float* o, size_t ldo, const float* alpha) {
+  PvInPlaceT(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
 // s[r, c] ← exp(s[r, c] − lse[r]): exact probabilities from the saved log-sum-exp. Rows whose lse

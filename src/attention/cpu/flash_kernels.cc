@@ -21,7 +21,8 @@ namespace headlight {
 HWY_EXPORT(QkTile);
 HWY_EXPORT(DotTile);
 HWY_EXPORT(DotTileBf16);
-HWY_EXPORT(PvTileBf16Rows);
+HWY_EXPORT(PvInPlace);
+HWY_EXPORT(PvInPlaceBf16);
 HWY_EXPORT(SoftcapTile);
 HWY_EXPORT(SoftmaxRows);
 HWY_EXPORT(PvTile);
@@ -57,9 +58,14 @@ void dot_tile_bf16(const float* a, size_t lda, size_t rows, const bf16* k, size_
   HWY_DYNAMIC_DISPATCH(DotTileBf16)(a, lda, rows, k, ldk, dim, cols, s, lds, ahead);
 }
 
-void pv_tile_bf16_rows(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
-                       size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
-  HWY_DYNAMIC_DISPATCH(PvTileBf16Rows)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+void pv_tile_in_place(const float* p, size_t ldp, size_t rows, size_t cols, const float* v,
+                      size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
+  HWY_DYNAMIC_DISPATCH(PvInPlace)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
+}
+
+void pv_tile_in_place(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
+                      size_t ldv, size_t width, float* o, size_t ldo, const float* alpha) {
+  HWY_DYNAMIC_DISPATCH(PvInPlaceBf16)(p, ldp, rows, cols, v, ldv, width, o, ldo, alpha);
 }
 
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap) {

@@ -24,15 +24,19 @@ struct RowsAhead {
   size_t ld = 0, width = 0;
 };
 // s[r, c] = a[r, :] · k[c·ldk, :] for c < cols (any cols and dim): scores from key rows in place;
-// prefetches row c of `ahead` as it scores key c.
+// prefetches row c of `ahead` as it scores key c, when the key rows are short (flash_dot-inl.h).
 void dot_tile(const float* a, size_t lda, size_t rows, const float* k, size_t ldk, size_t dim,
               size_t cols, float* s, size_t lds, RowsAhead<float> ahead = {});
-// dot_tile and pv_tile over bf16 key and value rows (a bf16 KV cache read in place), each element
-// widened exactly as it is loaded: the same arithmetic on half the bytes.
+// dot_tile over bf16 key rows (a bf16 KV cache read in place), each element widened exactly as it
+// is loaded: the same arithmetic on half the bytes.
 void dot_tile_bf16(const float* a, size_t lda, size_t rows, const bf16* k, size_t ldk, size_t dim,
                    size_t cols, float* s, size_t lds, RowsAhead<bf16> ahead = {});
-void pv_tile_bf16_rows(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
-                       size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
+// pv_tile (below) for decode's value rows read where they lie, fp32 or bf16 (widened exactly as
+// loaded): the same bits as pv_tile, each value row read whole in address order.
+void pv_tile_in_place(const float* p, size_t ldp, size_t rows, size_t cols, const float* v,
+                      size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
+void pv_tile_in_place(const float* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
+                      size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 // s ← cap · tanh(s / cap).
 void softcap_tile(float* s, size_t rows, size_t cols, size_t lds, float cap);
 // What softmax_rows does beyond the plain online softmax.
