@@ -71,6 +71,12 @@ void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad, size_t 
 // as softmax_rows takes them.
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse,
                     const int32_t* row_cols = nullptr);
+// Decode's scores from a bf16 KV cache read in place: s[r, c] = scale · q[r] · k[c], r < rows,
+// c < cols (any), with q's and k's rows read as pair words where they lie (a row's natural layout
+// pairs elements 2·e2 and 2·e2 + 1, as vdpbf16ps multiplies them: no packing); leading dims ldq
+// and ldk words; pairs (D / 2) a multiple of 16, at most 64 (D = 32, 64, 96, 128).
+void decode_scores_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, size_t ldk,
+                        size_t pairs, size_t cols, float scale, float* s, size_t lds);
 }  // namespace native
 
 // The AMX tiles (flash_bf16_amx.cc): rows a multiple of 16, pairs a multiple of 16 (32 elements

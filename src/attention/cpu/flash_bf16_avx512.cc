@@ -16,6 +16,9 @@
 // the Zen 4 machine of 2026-12-05 it took the vdpbf16ps forward at N = 2048, D = 64 from 311 to
 // 348 GFLOP/s (0.66 → 0.74 of the vdpbf16ps peak).
 
+#include <algorithm>
+#include <cstring>
+
 #include "src/attention/cpu/flash_bf16.h"
 #include "src/attention/cpu/flash_kernels.h"
 
@@ -353,6 +356,113 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   }
 }
 
+// Per 128-bit block: the block sums of four vectors, from the interleaved pair sums x (of the
+// first two) and y (of the last two).
+HEADLIGHT_BF16_TARGET inline __m512 BlockSums(__m512 x, __m512 y) {
+  const __m512d dx = _mm512_castps_pd(x), dy = _mm512_castps_pd(y);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(dx, dy)),
+                       _mm512_castpd_ps(_mm512_unpackhi_pd(dx, dy)));
+}
+
+// Lane i of the result: the sum of a[i]'s 16 lanes, i < 8. Two levels of in-lane interleaves
+// (per 128-bit block, then the block sums of four vectors side by side), then the four blocks
+// added by block shuffles: 17 instructions for 8 sums.
+HEADLIGHT_BF16_TARGET inline __m256 SumEight(const __m512* a) {
+  __m512 t[4];  // per block: a[2i] and a[2i + 1] interleaved, lanes 0 + 2 and 1 + 3 added
+  HEADLIGHT_UNROLL
+  for (size_t i = 0; i < 4; ++i)
+    t[i] = _mm512_add_ps(_mm512_unpacklo_ps(a[2 * i], a[2 * i + 1]),
+                         _mm512_unpackhi_ps(a[2 * i], a[2 * i + 1]));
+  const __m512 u0 = BlockSums(t[0], t[1]), u1 = BlockSums(t[2], t[3]);  // a[0..4), a[4..8)
+  // Blocks [u0₀ + u0₂, u0₁ + u0₃, u1₀ + u1₂, u1₁ + u1₃], then each pair of blocks added.
+  const __m512 w =
+      _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
+  const __m512 z = _mm512_add_ps(w, _mm512_shuffle_f32x4(w, w, 0xB1));
+  return _mm512_castps512_ps256(_mm512_shuffle_f32x4(z, z, 0x88));
+}
+
+// R query rows (≤ 4) against cols key rows, NV vectors of 16 pair words per row: the rows stay in
+// registers and each key row is loaded once for all of them; 8 / R keys a step (R = 3 as 4), one
+// accumulator per (row, key), summed by SumEight into the step's 8 scores.
+template <size_t R, size_t NV>
+HEADLIGHT_BF16_TARGET inline void DecodeScoresRows(const uint32_t* q, size_t ldq, const uint32_t* k,
+                                                   size_t ldk, size_t cols, float scale, float* s,
+                                                   size_t lds) {
+  constexpr size_t kRows = R == 3 ? 4 : R, kKeys = 8 / kRows;
+  __m512bh qv[R][NV];
+  HEADLIGHT_UNROLL
+  for (size_t r = 0; r < R; ++r) HEADLIGHT_UNROLL
+  for (size_t v = 0; v < NV; ++v) qv[r][v] = (__m512bh)_mm512_loadu_si512(q + r * ldq + v * 16);
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (size_t c = 0; c < cols; c += kKeys) {
+    const size_t n = std::min(kKeys, cols - c);  // a short last step repeats its last key
+    const uint32_t* key[kKeys];
+    HEADLIGHT_UNROLL
+    for (size_t j = 0; j < kKeys; ++j) key[j] = k + (c + std::min(j, n - 1)) * ldk;
+    __m512 acc[8];  // acc[kKeys · row + key]
+    HEADLIGHT_UNROLL
+    for (size_t i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
+    HEADLIGHT_UNROLL
+    for (size_t j = 0; j < kKeys; ++j) HEADLIGHT_UNROLL
+    for (size_t v = 0; v < NV; ++v) {  // each key row front to back, one after the other
+      const __m512bh kv = (__m512bh)_mm512_loadu_si512(key[j] + v * 16);
+      HEADLIGHT_UNROLL
+      for (size_t r = 0; r < R; ++r)
+        acc[kKeys * r + j] = _mm512_dpbf16_ps(acc[kKeys * r + j], qv[r][v], kv);
+    }
+    alignas(32) float sums[8];
+    _mm256_store_ps(sums, _mm256_mul_ps(SumEight(acc), vs));
+    HEADLIGHT_UNROLL
+    for (size_t r = 0; r < R; ++r)
+      std::memcpy(s + r * lds + c, sums + kKeys * r, n * sizeof(float));
+  }
+}
+
+template <size_t NV>
+HEADLIGHT_BF16_TARGET inline void DecodeScoresBlock(const uint32_t* q, size_t ldq, size_t rows,
+                                                    const uint32_t* k, size_t ldk, size_t cols,
+                                                    float scale, float* s, size_t lds) {
+  switch (rows) {
+    case 1:
+      return DecodeScoresRows<1, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+    case 2:
+      return DecodeScoresRows<2, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+    case 3:
+      return DecodeScoresRows<3, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+    default:
+      return DecodeScoresRows<4, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+  }
+}
+
+HEADLIGHT_BF16_TARGET void decode_scores_bf16(const uint32_t* q, size_t ldq, size_t rows,
+                                              const uint32_t* k, size_t ldk, size_t pairs,
+                                              size_t cols, float scale, float* s, size_t lds) {
+  constexpr size_t kRun = 32;  // keys: the later blocks of 4 rows read the run from L1
+  for (size_t c0 = 0; c0 < cols; c0 += kRun) {
+    const size_t n = std::min(kRun, cols - c0);
+    for (size_t r0 = 0; r0 < rows; r0 += 4) {
+      const size_t m = std::min<size_t>(4, rows - r0);
+      const uint32_t* qr = q + r0 * ldq;
+      const uint32_t* kc = k + c0 * ldk;
+      float* sr = s + r0 * lds + c0;
+      switch (pairs / 16) {
+        case 1:
+          DecodeScoresBlock<1>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          break;
+        case 2:
+          DecodeScoresBlock<2>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          break;
+        case 3:
+          DecodeScoresBlock<3>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          break;
+        default:
+          DecodeScoresBlock<4>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          break;
+      }
+    }
+  }
+}
+
 HEADLIGHT_BF16_TARGET void scale_round_rows(const float* x, size_t ldx, size_t rows, size_t width,
                                             const float* scale, bf16* dst, size_t ldd) {
   const __m512i exponent = _mm512_set1_epi32(0x7F800000), mantissa = _mm512_set1_epi32(0x7FFFFF);
@@ -443,6 +553,10 @@ void scale_round_rows(const float*, size_t, size_t, size_t, const float*, bf16*,
 }
 void exp_shift_rows(float*, size_t, size_t, size_t, const float*, const int32_t*) {
   fail("exp_shift_rows: no native bf16 path on this architecture");
+}
+void decode_scores_bf16(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t,
+                        float, float*, size_t) {
+  fail("decode_scores_bf16: no native bf16 path on this architecture");
 }
 }  // namespace headlight::attention::cpu::kernels::native
 

@@ -88,7 +88,7 @@ void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, s
 // each value row whole), fetch into L2 without them. On Zen 4, 4,096 keys, 32 heads over 8,
 // D = 128: bf16 0.87 → 0.73 ms without the prefetches (and P·V by whole rows), fp32 1.51 →
 // 1.32; one fp32 row per key (12 heads, D = 64) is the other way, 0.55 ms without and 0.46 with
-// (docs/notes/2026-12-06-decode-without-prefetch.md).
+// (docs/notes/2026-12-05-decode-without-prefetch.md).
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
