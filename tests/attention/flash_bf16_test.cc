@@ -195,9 +195,11 @@ TEST(FlashBf16, OddShapesDecodeAndLongRows) {
 }
 
 TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
-  // Decode (≤ 16 query rows) reads a bf16 cache in place, each element widened as it is loaded,
-  // for one query row or few rows per key/value head (decode_in_place), also from a short cache
-  // (≤ 512 keys, one split); otherwise keys and values are packed (more rows, or Dv not a whole
+  // Decode (≤ 16 query rows) reads a bf16 cache in place, for one query row or few rows per
+  // key/value head (decode_in_place), also from a short cache (≤ 512 keys, one split): on
+  // vdpbf16ps for two or more rows per key/value head (the scores for D ≤ 128 a multiple of 32,
+  // P·V for such a Dv too; D = 64 with Dv = 48 mixes both ways), else each element widened as it
+  // is loaded; otherwise keys and values are packed (more rows, or Dv not a whole
   // number of vectors), and a short cache then takes the ordinary tiles. Shapes: GQA 32/8 at
   // D = 128 with a last key alone in its group of four; an odd number of rows per key/value head
   // (a row pair, then one row) at D = 64 and at D = 128 (P·V over whole value rows); one row per
@@ -233,10 +235,10 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
                        .softcap = 4.0f,
                        .dropout = 0.1f}};
   const AttentionShape shapes[] = {
-      {1, 32, 8, 1, 1025, 128, 128}, {1, 3, 1, 3, 1029, 64, 64},  {2, 4, 4, 3, 1000, 32, 96},
-      {1, 64, 1, 16, 600, 64, 64},   {1, 2, 1, 5, 700, 256, 32},  {1, 4, 2, 2, 800, 64, 80},
-      {1, 32, 8, 1, 300, 128, 128},  {2, 8, 2, 2, 100, 64, 64},   {1, 16, 1, 4, 257, 64, 64},
-      {1, 6, 2, 1, 1029, 128, 128},  {1, 2, 2, 1, 1031, 128, 128}};
+      {1, 32, 8, 1, 1025, 128, 128}, {1, 3, 1, 3, 1029, 64, 64},   {2, 4, 4, 3, 1000, 32, 96},
+      {1, 64, 1, 16, 600, 64, 64},   {1, 2, 1, 5, 700, 256, 32},   {1, 4, 2, 2, 800, 64, 80},
+      {1, 32, 8, 1, 300, 128, 128},  {2, 8, 2, 2, 100, 64, 64},    {1, 16, 1, 4, 257, 64, 64},
+      {1, 6, 2, 1, 1029, 128, 128},  {1, 2, 2, 1, 1031, 128, 128}, {1, 8, 2, 2, 900, 64, 48}};
   ThreadContext ctx(2);
   for (const AttentionShape& shape : shapes)
     for (const Opt& opt : opts) {

@@ -77,6 +77,13 @@ void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float*
 // and ldk words; pairs (D / 2) a multiple of 16, at most 64 (D = 32, 64, 96, 128).
 void decode_scores_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, size_t ldk,
                         size_t pairs, size_t cols, float scale, float* s, size_t lds);
+// Decode's P·V from a bf16 KV cache read in place: o[rows, width] = α ⊙ o + P · V, with P the
+// rounded probabilities as pair words [rows, ldp words] (keys 2·c2 and 2·c2 + 1; a word past the
+// last key holds 0 in its upper half) and V's rows where they lie (leading dim ldv elements); any
+// cols; width (Dv) a multiple of 32, at most 128. α = 1 when
+// null.
+void decode_pv_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
+                    size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
 }  // namespace native
 
 // The AMX tiles (flash_bf16_amx.cc): rows a multiple of 16, pairs a multiple of 16 (32 elements

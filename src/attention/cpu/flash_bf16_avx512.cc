@@ -412,9 +412,13 @@ HEADLIGHT_BF16_TARGET inline void DecodeScoresRows(const uint32_t* q, size_t ldq
     }
     alignas(32) float sums[8];
     _mm256_store_ps(sums, _mm256_mul_ps(SumEight(acc), vs));
-    HEADLIGHT_UNROLL
-    for (size_t r = 0; r < R; ++r)
-      std::memcpy(s + r * lds + c, sums + kKeys * r, n * sizeof(float));
+    if (n == kKeys) {  // a constant size: one move per row
+      HEADLIGHT_UNROLL
+      for (size_t r = 0; r < R; ++r)
+        std::memcpy(s + r * lds + c, sums + kKeys * r, kKeys * sizeof(float));
+    } else
+      for (size_t r = 0; r < R; ++r)
+        for (size_t j = 0; j < n; ++j) s[r * lds + c + j] = sums[kKeys * r + j];
   }
 }
 
@@ -460,6 +464,108 @@ HEADLIGHT_BF16_TARGET void decode_scores_bf16(const uint32_t* q, size_t ldq, siz
           break;
       }
     }
+  }
+}
+
+// P·V for decode from bf16 value rows read where they lie. vdpbf16ps pairs two keys: the rows
+// v[c] and v[c + 1] are interleaved in registers (vpunpcklwd/vpunpckhwd within 128-bit blocks)
+// into pair words, and each probability pair (the rounded P rows read as words) is broadcast. The
+// interleave permutes each group of 32 outputs (per block: 4 from the low words, 4 from the high):
+// the accumulators hold them permuted, so o is permuted on load and put back on store
+// (kLoadLo/Hi, kStoreLo/Hi). An odd last key is paired with zeros (its word's other half is a
+// padded column, P = 0).
+constexpr int kLoadLo[16] = {0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27};
+constexpr int kLoadHi[16] = {4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31};
+constexpr int kStoreLo[16] = {0, 1, 2, 3, 16, 17, 18, 19, 4, 5, 6, 7, 20, 21, 22, 23};
+constexpr int kStoreHi[16] = {8, 9, 10, 11, 24, 25, 26, 27, 12, 13, 14, 15, 28, 29, 30, 31};
+
+template <size_t R, size_t NV>
+HEADLIGHT_BF16_TARGET inline void DecodePvRows(const uint32_t* p, size_t ldp, size_t cols,
+                                               const bf16* v, size_t ldv, float* o, size_t ldo,
+                                               const float* alpha) {
+  const __m512i load_lo = _mm512_loadu_si512(kLoadLo), load_hi = _mm512_loadu_si512(kLoadHi);
+  __m512 acc[R][2 * NV];  // per 32 outputs: the low words' 16, then the high words'
+  HEADLIGHT_UNROLL
+  for (size_t r = 0; r < R; ++r) {
+    const __m512 al = _mm512_set1_ps(alpha ? alpha[r] : 1.0f);
+    HEADLIGHT_UNROLL
+    for (size_t m = 0; m < NV; ++m) {
+      const __m512 n0 = _mm512_loadu_ps(o + r * ldo + 32 * m);
+      const __m512 n1 = _mm512_loadu_ps(o + r * ldo + 32 * m + 16);
+      acc[r][2 * m] = _mm512_mul_ps(al, _mm512_permutex2var_ps(n0, load_lo, n1));
+      acc[r][2 * m + 1] = _mm512_mul_ps(al, _mm512_permutex2var_ps(n0, load_hi, n1));
+    }
+  }
+  auto step = [&](size_t c, const bf16* v1) HEADLIGHT_BF16_TARGET {  // keys c, c + 1 (v1 null: 0)
+    const bf16* v0 = v + c * ldv;
+    __m512bh pw[R];
+    HEADLIGHT_UNROLL
+    for (size_t r = 0; r < R; ++r)
+      pw[r] = (__m512bh)_mm512_set1_epi32(static_cast<int>(p[r * ldp + c / 2]));
+    HEADLIGHT_UNROLL
+    for (size_t m = 0; m < NV; ++m) {
+      const __m512i a = _mm512_loadu_si512(v0 + 32 * m);
+      const __m512i b = v1 ? _mm512_loadu_si512(v1 + 32 * m) : _mm512_setzero_si512();
+      const __m512bh lo = (__m512bh)_mm512_unpacklo_epi16(a, b);
+      const __m512bh hi = (__m512bh)_mm512_unpackhi_epi16(a, b);
+      HEADLIGHT_UNROLL
+      for (size_t r = 0; r < R; ++r) {
+        acc[r][2 * m] = _mm512_dpbf16_ps(acc[r][2 * m], pw[r], lo);
+        acc[r][2 * m + 1] = _mm512_dpbf16_ps(acc[r][2 * m + 1], pw[r], hi);
+      }
+    }
+  };
+  size_t c = 0;
+  for (; c + 2 <= cols; c += 2) step(c, v + (c + 1) * ldv);
+  if (c < cols) step(c, nullptr);
+  const __m512i store_lo = _mm512_loadu_si512(kStoreLo), store_hi = _mm512_loadu_si512(kStoreHi);
+  HEADLIGHT_UNROLL
+  for (size_t r = 0; r < R; ++r) HEADLIGHT_UNROLL
+  for (size_t m = 0; m < NV; ++m) {
+    _mm512_storeu_ps(o + r * ldo + 32 * m,
+                     _mm512_permutex2var_ps(acc[r][2 * m], store_lo, acc[r][2 * m + 1]));
+    _mm512_storeu_ps(o + r * ldo + 32 * m + 16,
+                     _mm512_permutex2var_ps(acc[r][2 * m], store_hi, acc[r][2 * m + 1]));
+  }
+}
+
+// Blocks of R rows (at most 16 accumulators: 2 rows at D = 128, 4 at D = 64), then the rest.
+template <size_t NV>
+HEADLIGHT_BF16_TARGET inline void DecodePvWidth(const uint32_t* p, size_t ldp, size_t rows,
+                                                size_t cols, const bf16* v, size_t ldv, float* o,
+                                                size_t ldo, const float* alpha) {
+  constexpr size_t kRows = NV <= 2 ? 4 : 2;
+  auto at = [&](size_t r) { return alpha ? alpha + r : nullptr; };
+  size_t r = 0;
+  for (; r + kRows <= rows; r += kRows)
+    DecodePvRows<kRows, NV>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo, at(r));
+  switch (rows - r) {
+    case 3:
+      DecodePvRows<3, NV>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo, at(r));
+      break;
+    case 2:
+      DecodePvRows<2, NV>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo, at(r));
+      break;
+    case 1:
+      DecodePvRows<1, NV>(p + r * ldp, ldp, cols, v, ldv, o + r * ldo, ldo, at(r));
+      break;
+    default:
+      break;
+  }
+}
+
+HEADLIGHT_BF16_TARGET void decode_pv_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t cols,
+                                          const bf16* v, size_t ldv, size_t width, float* o,
+                                          size_t ldo, const float* alpha) {
+  switch (width / 32) {
+    case 1:
+      return DecodePvWidth<1>(p, ldp, rows, cols, v, ldv, o, ldo, alpha);
+    case 2:
+      return DecodePvWidth<2>(p, ldp, rows, cols, v, ldv, o, ldo, alpha);
+    case 3:
+      return DecodePvWidth<3>(p, ldp, rows, cols, v, ldv, o, ldo, alpha);
+    default:
+      return DecodePvWidth<4>(p, ldp, rows, cols, v, ldv, o, ldo, alpha);
   }
 }
 
@@ -557,6 +663,10 @@ void exp_shift_rows(float*, size_t, size_t, size_t, const float*, const int32_t*
 void decode_scores_bf16(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t,
                         float, float*, size_t) {
   fail("decode_scores_bf16: no native bf16 path on this architecture");
+}
+void decode_pv_bf16(const uint32_t*, size_t, size_t, size_t, const bf16*, size_t, size_t, float*,
+                    size_t, const float*) {
+  fail("decode_pv_bf16: no native bf16 path on this architecture");
 }
 }  // namespace headlight::attention::cpu::kernels::native
 

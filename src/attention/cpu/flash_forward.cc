@@ -47,6 +47,7 @@
 #include "headlight/core/bf16.h"
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
+#include "headlight/core/tensor.h"
 #include "src/attention/cpu/flash_bf16.h"
 #include "src/attention/cpu/flash_kernels.h"
 #include "src/attention/cpu/flash_tiles.h"
@@ -93,8 +94,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   // Queries are used where they lie against packed (scaled) keys; reading keys in place needs
   // scaled copies of the queries. Then reset the running state.
   // A bf16 cache read in place on vdpbf16ps (decode_scores_native) takes the queries as bf16
-  // pair words, copied as they are (the scale is applied to the sums).
+  // pair words, copied as they are (the scale is applied to the sums); P·V then runs on it too
+  // (decode_pv_bf16) when Dv is a multiple of 32 up to 128, with P rounded to bf16 as the packed
+  // tiles round it.
   const bool native_scores = !blocks && decode_scores_native(p, plan);
+  const bool native_pv = native_scores && sh.value_dim % 32 == 0 && sh.value_dim <= 128;
   if (!blocks) {
     check(rows == plan.br, "flash_forward: keys in place need whole query blocks");
     for (int64_t hg = 0; hg < G; ++hg) {
@@ -175,8 +179,17 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       for (int64_t hg = 0; hg < G; ++hg)
         apply_element_masks(p, {b, g * G + hg, i0, rows, j0, cols, partial}, cols_pad,
                             w.s + hg * rows * plan.bc_pad, plan.bc_pad);
-      kernels::softmax_rows(w.s, gr, cols_pad, plan.bc_pad, w.m, w.l, w.alpha,
-                            {.ent = stats ? w.ent : nullptr, .argmax = stats ? w.argcol : nullptr});
+      // On vdpbf16ps without statistics or dropout, the native softmax writes P rounded to bf16
+      // for P·V itself; otherwise P is rounded after the portable softmax and the dropout.
+      const bool native_softmax = native_pv && !stats && o.dropout_p == 0;
+      if (native_softmax)
+        kernels::native::softmax_rows(w.s, static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
+                                      static_cast<size_t>(plan.bc_pad), w.m, w.l, w.alpha, 1.0f,
+                                      w.pb, static_cast<size_t>(plan.bc_pad));
+      else
+        kernels::softmax_rows(
+            w.s, gr, cols_pad, plan.bc_pad, w.m, w.l, w.alpha,
+            {.ent = stats ? w.ent : nullptr, .argmax = stats ? w.argcol : nullptr});
       if (stats)
         for (int64_t k = 0; k < gr; ++k)
           if (w.argcol[k] >= 0) w.best[k] = j0 + w.argcol[k];
@@ -184,7 +197,17 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         for (int64_t hg = 0; hg < G; ++hg)
           apply_dropout(p, {b, g * G + hg, i0, rows, j0, cols, partial},
                         w.s + hg * rows * plan.bc_pad, plan.bc_pad);
-      if (plan.bf16)
+      if (native_pv) {  // P rounded to bf16 pair words, then P·V on vdpbf16ps
+        if (!native_softmax)
+          kernels::native::round_tile_bf16(w.s, static_cast<size_t>(plan.bc_pad),
+                                           static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
+                                           w.pb, static_cast<size_t>(plan.bc_pad));
+        kernels::native::decode_pv_bf16(reinterpret_cast<const uint32_t*>(w.pb),
+                                        static_cast<size_t>(plan.bc_pad / 2),
+                                        static_cast<size_t>(gr), static_cast<size_t>(cols),
+                                        p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride),
+                                        dv, w.o, static_cast<size_t>(plan.dv_pad), w.alpha);
+      } else if (plan.bf16)
         kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, p.v.bf16_at(b, g, j0), p.v.row_stride,
                                   plan.dv_pad, w.o, plan.dv_pad, w.alpha);
       else
@@ -351,15 +374,25 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
 // in order:
 //   M = max_s m_s,  L = Σ_s e^(m_s − M) l_s,  O = Σ_s e^(m_s − M) o_s,  out = O / L,
 //   ent = Σ_s e^(m_s − M) (ent_s + (m_s − M) l_s),  argmax = that of the first split with m_s = M.
-void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
-                const float* packed) {
+//
+// Keys packed (pack: the keys are not read in place) and the partial states share the arena the
+// context keeps across calls (a buffer allocated per call was mapped and zeroed by the kernel
+// each time: 135 KB at 32/8 heads and 4,096 keys).
+void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, bool pack) {
   const AttentionShape& sh = p.shape;
   const bool stats = wants_stats(p);
   const int64_t G = plan.group, rows = sh.len_q, width = plan.dv_pad + 4;
   const int64_t M = plan.dv_pad, L = M + 1, E = M + 2, A = M + 3;  // offsets in a row's state
   const int64_t splits = (plan.kv_blocks + kDecodeSplitBlocks - 1) / kDecodeSplitBlocks;
   const int64_t state = G * rows * width;
-  std::vector<float> partial(static_cast<size_t>(sh.batch * sh.kv_heads * splits * state));
+  const size_t packed_size =
+      pack ? static_cast<size_t>(round_up(static_cast<int64_t>(packed_floats(p, plan)), 16)) : 0;
+  float* shared = ctx.shared_scratch().floats(
+      packed_size +
+      static_cast<size_t>(checked_numel({sh.batch * sh.kv_heads * splits, state}, "decode state")));
+  const float* packed = pack ? shared : nullptr;
+  if (pack) pack_keys_into(ctx, p, plan, shared);
+  float* partial = shared + packed_size;
   ctx.parallel_items(sh.batch * sh.kv_heads * splits, [&](int64_t item, int worker) {
     const int64_t split = item % splits, bg = item / splits;
     const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
@@ -367,7 +400,7 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
     const int64_t key_lo = split * kDecodeSplitBlocks * kBlockKeys;
     accumulate_item(p, plan, w, packed ? blocks_of(p, plan, packed, b, g) : nullptr, b, g, 0, rows,
                     key_lo, key_lo + kDecodeSplitBlocks * kBlockKeys);
-    float* dst = partial.data() + item * state;
+    float* dst = partial + item * state;
     for (int64_t hg = 0; hg < G; ++hg) {
       row_sums(plan, w, hg, rows, w.alpha);  // free once the item's tiles are done
       for (int64_t r = 0; r < rows; ++r) {
@@ -383,7 +416,7 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan,
   });
   ctx.parallel_items(sh.batch * sh.kv_heads * G * rows, [&](int64_t item, int) {
     const int64_t r = item % rows, hg = (item / rows) % G, bg = item / (rows * G);
-    const float* first = partial.data() + bg * splits * state + (hg * rows + r) * width;
+    const float* first = partial + bg * splits * state + (hg * rows + r) * width;
     float m = kNegInf;
     bool nan = false;
     int64_t best = -1;
@@ -430,8 +463,7 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
     // Decode reads each key once: in place when the value rows are whole vectors wide (the
     // tiles then need no padding; bf16 rows widened as they are loaded, for few rows per
     // key/value head: decode_in_place), packed otherwise.
-    run_decode(ctx, p, plan,
-               plan.v_in_place || plan.in_place_bf16 ? nullptr : pack_keys(ctx, p, plan));
+    run_decode(ctx, p, plan, !(plan.v_in_place || plan.in_place_bf16));
     return;
   }
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;

@@ -406,6 +406,8 @@ Plan make_plan(const AttentionParams& p) {
         round_up(static_cast<int64_t>(pairs * bc + bc / 2 * static_cast<size_t>(plan.dv_pad)), 16);
     plan.pb_floats = static_cast<size_t>(round_up(static_cast<int64_t>(br * bc / 2), 16));
   }
+  // A bf16 cache read in place: the group's probabilities rounded for decode_pv_bf16.
+  if (plan.in_place_bf16) plan.pb_floats = static_cast<size_t>(round_up(G * br * bc / 2, 16));
   plan.s_floats = G * br * bc;  // one head's tile, or (keys in place) the whole group's
   plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
@@ -415,15 +417,23 @@ Plan make_plan(const AttentionParams& p) {
 
 // Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
 // arena) and returns the packed blocks, [batch, kv_heads, kv_blocks, block_floats].
-const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan& plan) {
+size_t packed_floats(const AttentionParams& p, const Plan& plan) {
   const AttentionShape& sh = p.shape;
-  const int64_t pack_items = sh.batch * sh.kv_heads * plan.kv_blocks;
-  float* packed = ctx.shared_scratch().floats(
-      static_cast<size_t>(checked_numel({pack_items, plan.block_floats}, "packed keys")));
-  ctx.parallel_items(pack_items, [&](int64_t item, int) {
+  return static_cast<size_t>(
+      checked_numel({sh.batch * sh.kv_heads * plan.kv_blocks, plan.block_floats}, "packed keys"));
+}
+
+void pack_keys_into(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, float* packed) {
+  const AttentionShape& sh = p.shape;
+  ctx.parallel_items(sh.batch * sh.kv_heads * plan.kv_blocks, [&](int64_t item, int) {
     const int64_t blk = item % plan.kv_blocks, bg = item / plan.kv_blocks;
     pack_block(p, plan, bg / sh.kv_heads, bg % sh.kv_heads, blk, packed + item * plan.block_floats);
   });
+}
+
+const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan& plan) {
+  float* packed = ctx.shared_scratch().floats(packed_floats(p, plan));
+  pack_keys_into(ctx, p, plan, packed);
   return packed;
 }
 

@@ -233,6 +233,10 @@ Plan make_plan(const AttentionParams& p);
 // Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
 // arena) and returns the packed blocks, [batch, kv_heads, kv_blocks, block_floats].
 const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan& plan);
+// The same into `packed` (packed_floats(p, plan) floats), for a caller that shares the arena
+// with other data.
+size_t packed_floats(const AttentionParams& p, const Plan& plan);
+void pack_keys_into(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, float* packed);
 
 // Copies the scaled query rows [i0, i0 + rows) of head h into dst [rows, D].
 void pack_queries(const AttentionParams& p, int64_t b, int64_t h, int64_t i0, int64_t rows,
