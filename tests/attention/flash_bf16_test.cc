@@ -197,17 +197,18 @@ TEST(FlashBf16, OddShapesDecodeAndLongRows) {
 TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
   // Decode (≤ 16 query rows) reads a bf16 cache in place, for one query row or few rows per
   // key/value head (decode_in_place), also from a short cache (≤ 512 keys, one split): on
-  // vdpbf16ps for two or more rows per key/value head (the scores for D ≤ 128 a multiple of 32,
-  // P·V for such a Dv too; D = 64 with Dv = 48 mixes both ways), else each element widened as it
-  // is loaded; otherwise keys and values are packed (more rows, or Dv not a whole
-  // number of vectors), and a short cache then takes the ordinary tiles. Shapes: GQA 32/8 at
-  // D = 128 with a last key alone in its group of four; an odd number of rows per key/value head
-  // (a row pair, then one row) at D = 64 and at D = 128 (P·V over whole value rows); one row per
-  // key/value head at D = 128 (scores 16 keys at a time, no prefetch) with a tail of 7 keys; D = 32
-  // with Dv = 96; 64 query heads over one key/value head with 16 rows (1,024 rows share the packed
-  // keys: more than one softmax call takes); D = 256; Dv = 80 (packed on AVX-512); short caches:
-  // one row over 32/8 heads and 300 keys, 8 rows per key/value head and 100 keys (in place), 64
-  // rows and 257 keys (the ordinary tiles). Options: each alone, then all together.
+  // vdpbf16ps for two or more rows per key/value head when D and Dv are multiples of 32 up to
+  // 128 (up to 128 rows, 32 for a short cache: 64 rows over 1,100 keys and 32 over 400 here), else
+  // each element widened as it is loaded (D = 64 with Dv = 48); otherwise keys and values are
+  // packed (more rows, or Dv not a whole number of vectors), and a short cache then takes the
+  // ordinary tiles. Shapes: GQA 32/8 at D = 128 with a last key alone in its group of four; an odd
+  // number of rows per key/value head (a row pair, then one row) at D = 64 and at D = 128 (P·V over
+  // whole value rows); one row per key/value head at D = 128 (scores 16 keys at a time, no
+  // prefetch) with a tail of 7 keys; D = 32 with Dv = 96; 64 query heads over one key/value head
+  // with 16 rows (1,024 rows share the packed keys: more than one softmax call takes); D = 256; Dv
+  // = 80 (packed on AVX-512); short caches: one row over 32/8 heads and 300 keys, 8 rows per
+  // key/value head and 100 keys (in place), 64 rows and 257 keys (the ordinary tiles). Options:
+  // each alone, then all together.
   const float inf = std::numeric_limits<float>::infinity();
   struct Opt {
     const char* name;
@@ -238,7 +239,8 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
       {1, 32, 8, 1, 1025, 128, 128}, {1, 3, 1, 3, 1029, 64, 64},   {2, 4, 4, 3, 1000, 32, 96},
       {1, 64, 1, 16, 600, 64, 64},   {1, 2, 1, 5, 700, 256, 32},   {1, 4, 2, 2, 800, 64, 80},
       {1, 32, 8, 1, 300, 128, 128},  {2, 8, 2, 2, 100, 64, 64},    {1, 16, 1, 4, 257, 64, 64},
-      {1, 6, 2, 1, 1029, 128, 128},  {1, 2, 2, 1, 1031, 128, 128}, {1, 8, 2, 2, 900, 64, 48}};
+      {1, 6, 2, 1, 1029, 128, 128},  {1, 2, 2, 1, 1031, 128, 128}, {1, 8, 2, 2, 900, 64, 48},
+      {1, 8, 1, 8, 1100, 64, 64},    {1, 8, 1, 4, 400, 64, 64}};
   ThreadContext ctx(2);
   for (const AttentionShape& shape : shapes)
     for (const Opt& opt : opts) {

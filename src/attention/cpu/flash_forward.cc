@@ -66,21 +66,6 @@ const float* blocks_of(const AttentionParams& p, const Plan& plan, const float* 
   return packed + (b * p.shape.kv_heads + g) * plan.kv_blocks * plan.block_floats;
 }
 
-// Whether decode's scores from a bf16 cache read in place run on vdpbf16ps
-// (kernels::native::decode_scores_bf16): AVX-512 BF16, a head dim it takes, the keys' rows whole
-// 32-bit words, and at least two query rows per key/value head. They take half the instructions
-// of the widening loops (no widening, two products an instruction): on Zen 4, 4,096 keys,
-// D = 128, 32 heads over 8 took 0.72 ms against 0.77, over 4 heads 0.55 against 0.68; D = 64,
-// 32 over 8, 0.39 against 0.45. One row per key/value head was as fast or slower (12 heads,
-// D = 64: 0.28 against 0.26 ms, the widening loop prefetching its short rows).
-bool decode_scores_native(const AttentionParams& p, const Plan& plan) {
-  const int64_t D = p.shape.head_dim;
-  return plan.in_place_bf16 && plan.group * p.shape.len_q >= 2 && kernels::bf16_native() &&
-         D % 32 == 0 && D <= 128 && p.k.row_stride % 2 == 0 && p.k.head_stride % 2 == 0 &&
-         p.k.batch_stride % 2 == 0 &&
-         reinterpret_cast<uintptr_t>(p.k.bf16) % alignof(uint32_t) == 0;
-}
-
 // Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
 // structural ranges, leaving the running state (o, m, per-lane l) in w. `blocks` holds (b, g)'s
 // packed key blocks, or is null: keys and values read where they lie.
@@ -93,16 +78,14 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
 
   // Queries are used where they lie against packed (scaled) keys; reading keys in place needs
   // scaled copies of the queries. Then reset the running state.
-  // A bf16 cache read in place on vdpbf16ps (decode_scores_native) takes the queries as bf16
-  // pair words, copied as they are (the scale is applied to the sums); P·V then runs on it too
-  // (decode_pv_bf16) when Dv is a multiple of 32 up to 128, with P rounded to bf16 as the packed
-  // tiles round it.
-  const bool native_scores = !blocks && decode_scores_native(p, plan);
-  const bool native_pv = native_scores && sh.value_dim % 32 == 0 && sh.value_dim <= 128;
+  // A bf16 cache read in place on vdpbf16ps (plan.native_decode) takes the queries as bf16 pair
+  // words, copied as they are (the scale is applied to the sums), and P rounded to bf16 as the
+  // packed tiles round it.
+  const bool native = !blocks && plan.native_decode;
   if (!blocks) {
     check(rows == plan.br, "flash_forward: keys in place need whole query blocks");
     for (int64_t hg = 0; hg < G; ++hg) {
-      if (native_scores)
+      if (native)
         for (int64_t r = 0; r < rows; ++r)
           std::memcpy(reinterpret_cast<uint32_t*>(w.q) + (hg * rows + r) * (D / 2),
                       p.q.bf16_at(b, g * G + hg, i0 + r), static_cast<size_t>(D) * sizeof(bf16));
@@ -162,7 +145,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       // The scores prefetch the tile's value rows into L2 for P·V when the rows are short
       // (kernels::RowsAhead; flash_dot-inl.h).
       const auto dv = static_cast<size_t>(sh.value_dim);
-      if (native_scores)
+      if (native)
         kernels::native::decode_scores_bf16(
             reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
             static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, j0)),
@@ -181,7 +164,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
                             w.s + hg * rows * plan.bc_pad, plan.bc_pad);
       // On vdpbf16ps without statistics or dropout, the native softmax writes P rounded to bf16
       // for P·V itself; otherwise P is rounded after the portable softmax and the dropout.
-      const bool native_softmax = native_pv && !stats && o.dropout_p == 0;
+      const bool native_softmax = native && !stats && o.dropout_p == 0;
       if (native_softmax)
         kernels::native::softmax_rows(w.s, static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
                                       static_cast<size_t>(plan.bc_pad), w.m, w.l, w.alpha, 1.0f,
@@ -197,7 +180,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         for (int64_t hg = 0; hg < G; ++hg)
           apply_dropout(p, {b, g * G + hg, i0, rows, j0, cols, partial},
                         w.s + hg * rows * plan.bc_pad, plan.bc_pad);
-      if (native_pv) {  // P rounded to bf16 pair words, then P·V on vdpbf16ps
+      if (native) {  // P rounded to bf16 pair words, then P·V on vdpbf16ps
         if (!native_softmax)
           kernels::native::round_tile_bf16(w.s, static_cast<size_t>(plan.bc_pad),
                                            static_cast<size_t>(gr), static_cast<size_t>(cols_pad),

@@ -363,6 +363,14 @@ void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g
 }
 
 // Tile sizes and scratch for one call on p.
+bool decode_native_bf16(const AttentionParams& p) {
+  const AttentionShape& sh = p.shape;
+  const auto dim_ok = [](int64_t d) { return d > 0 && d % 32 == 0 && d <= 128; };
+  return kernels::bf16_native() && dim_ok(sh.head_dim) && dim_ok(sh.value_dim) &&
+         p.k.row_stride % 2 == 0 && p.k.head_stride % 2 == 0 && p.k.batch_stride % 2 == 0 &&
+         reinterpret_cast<uintptr_t>(p.k.bf16) % alignof(uint32_t) == 0;
+}
+
 Plan make_plan(const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   Plan plan;
@@ -372,6 +380,7 @@ Plan make_plan(const AttentionParams& p) {
   plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
   plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
   plan.in_place_bf16 = plan.bf16 && decode_in_place(p, plan);  // (in place implies decode)
+  plan.native_decode = plan.in_place_bf16 && plan.group * sh.len_q >= 2 && decode_native_bf16(p);
   plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.native_softmax =
       plan.bf16 && !plan.in_place_bf16 && plan.lanes == 16 && (plan.amx || kernels::bf16_native());
@@ -406,8 +415,8 @@ Plan make_plan(const AttentionParams& p) {
         round_up(static_cast<int64_t>(pairs * bc + bc / 2 * static_cast<size_t>(plan.dv_pad)), 16);
     plan.pb_floats = static_cast<size_t>(round_up(static_cast<int64_t>(br * bc / 2), 16));
   }
-  // A bf16 cache read in place: the group's probabilities rounded for decode_pv_bf16.
-  if (plan.in_place_bf16) plan.pb_floats = static_cast<size_t>(round_up(G * br * bc / 2, 16));
+  // On vdpbf16ps: the group's probabilities rounded for decode_pv_bf16.
+  if (plan.native_decode) plan.pb_floats = static_cast<size_t>(round_up(G * br * bc / 2, 16));
   plan.s_floats = G * br * bc;  // one head's tile, or (keys in place) the whole group's
   plan.o_floats = G * br * static_cast<size_t>(plan.dv_pad);
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);

@@ -54,6 +54,13 @@ constexpr int64_t kInPlaceBf16Rows = 32;
 // D = 64, 256 keys: 4 rows 0.07 ms in place against 0.09, 8 rows 0.087 against 0.089, 16 rows
 // 0.15 against 0.11; 2 rows over 32/8 heads (8 per group), D = 128, 512 keys: 0.22 against 0.26.
 constexpr int64_t kInPlaceBf16RowsShort = 8;
+// The same when decode runs on vdpbf16ps (decode_native_bf16), whose in-place loops stay ahead
+// of the packed tiles to more rows. Zen 4, 2 threads, D = 128, 4,096 keys: 64 rows per key/value
+// head (32 heads over 8, 16 query rows) 3.7 ms in place against 4.9 packed, 128 rows (32 over 2,
+// 8 query rows) 1.74 against 1.87, 256 rows 3.34 against 3.24; 512 keys: 16 rows 0.19 against
+// 0.30 ms, 32 rows 0.30 against 0.36, 64 rows 0.53 against 0.52.
+constexpr int64_t kInPlaceNativeRows = 128;
+constexpr int64_t kInPlaceNativeRowsShort = 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 inline int64_t round_up(int64_t x, int64_t m) {
@@ -78,6 +85,8 @@ struct Plan {
   // where they lie by the fp32 decode loops, each element widened as it is loaded (half the bytes
   // of fp32).
   bool in_place_bf16 = false;
+  // in_place_bf16 on vdpbf16ps: decode_native_bf16, and two or more rows per key/value head.
+  bool native_decode = false;
   bool amx = false;  // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
   // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
   bool native_softmax = false;
@@ -110,6 +119,16 @@ struct Scratch {
   bf16* pb;         // bf16 inputs: [br, bc_pad] the tile's probabilities, rounded
 };
 
+// Whether decode from a bf16 cache read in place can run on vdpbf16ps
+// (kernels::native::decode_scores_bf16 and decode_pv_bf16) rather than widen each element as it
+// loads it: AVX-512 BF16, head dims D and Dv multiples of 32 up to 128, the keys' rows whole
+// 32-bit words. Half the instructions of the widening loops (no widening, two products an
+// instruction); on Zen 4, 32 heads over 8, D = 128, 4,096 keys, one query row: 0.60–0.68 ms
+// against 0.75 (docs/notes/2026-12-05-decode-without-prefetch.md). Taken for two or more query
+// rows per key/value head (plan.native_decode); with one, the widening loop was as fast or faster
+// (12 heads, D = 64: 0.26 ms against 0.28, prefetching its short rows).
+bool decode_native_bf16(const AttentionParams& p);
+
 // Whether a call with few query rows reads its keys and values where they lie (decode's loops,
 // no packing): value rows whole vectors wide, and in bf16 one query row or few rows per
 // key/value head (kInPlaceBf16Rows, kInPlaceBf16RowsShort). plan.group, dv_pad, kv_blocks and
@@ -117,9 +136,11 @@ struct Scratch {
 inline bool decode_in_place(const AttentionParams& p, const Plan& plan) {
   const AttentionShape& sh = p.shape;
   if (sh.len_q > kDecodeRows || sh.value_dim != plan.dv_pad) return false;
-  const int64_t most =
-      plan.kv_blocks > kDecodeSplitBlocks ? kInPlaceBf16Rows : kInPlaceBf16RowsShort;
-  return !plan.bf16 || sh.len_q == 1 || plan.group * sh.len_q <= most;
+  if (!plan.bf16 || sh.len_q == 1) return true;
+  const bool native = decode_native_bf16(p), long_cache = plan.kv_blocks > kDecodeSplitBlocks;
+  const int64_t most = native ? (long_cache ? kInPlaceNativeRows : kInPlaceNativeRowsShort)
+                              : (long_cache ? kInPlaceBf16Rows : kInPlaceBf16RowsShort);
+  return plan.group * sh.len_q <= most;
 }
 
 // Whether a call runs as decode: few query rows against several key blocks, split over the keys;
