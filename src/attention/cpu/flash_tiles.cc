@@ -371,6 +371,10 @@ bool decode_native_bf16(const AttentionParams& p) {
          reinterpret_cast<uintptr_t>(p.k.bf16) % alignof(uint32_t) == 0;
 }
 
+bool decode_native_more_rows(const AttentionParams& p) {
+  return decode_native_bf16(p) && !kernels::amx::available();
+}
+
 Plan make_plan(const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   Plan plan;

@@ -54,11 +54,11 @@ constexpr int64_t kInPlaceBf16Rows = 32;
 // D = 64, 256 keys: 4 rows 0.07 ms in place against 0.09, 8 rows 0.087 against 0.089, 16 rows
 // 0.15 against 0.11; 2 rows over 32/8 heads (8 per group), D = 128, 512 keys: 0.22 against 0.26.
 constexpr int64_t kInPlaceBf16RowsShort = 8;
-// The same when decode runs on vdpbf16ps (decode_native_bf16), whose in-place loops stay ahead
-// of the packed tiles to more rows. Zen 4, 2 threads, D = 128, 4,096 keys: 64 rows per key/value
-// head (32 heads over 8, 16 query rows) 3.7 ms in place against 4.9 packed, 128 rows (32 over 2,
-// 8 query rows) 1.74 against 1.87, 256 rows 3.34 against 3.24; 512 keys: 16 rows 0.19 against
-// 0.30 ms, 32 rows 0.30 against 0.36, 64 rows 0.53 against 0.52.
+// The same when decode runs on vdpbf16ps without AMX (decode_native_more_rows), whose in-place
+// loops stay ahead of the packed vdpbf16ps tiles to more rows. Zen 4, 2 threads, D = 128, 4,096
+// keys: 64 rows per key/value head (32 heads over 8, 16 query rows) 3.7 ms in place against 4.9
+// packed, 128 rows (32 over 2, 8 query rows) 1.74 against 1.87, 256 rows 3.34 against 3.24; 512
+// keys: 16 rows 0.19 against 0.30 ms, 32 rows 0.30 against 0.36, 64 rows 0.53 against 0.52.
 constexpr int64_t kInPlaceNativeRows = 128;
 constexpr int64_t kInPlaceNativeRowsShort = 32;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -128,6 +128,10 @@ struct Scratch {
 // rows per key/value head (plan.native_decode); with one, the widening loop was as fast or faster
 // (12 heads, D = 64: 0.26 ms against 0.28, prefetching its short rows).
 bool decode_native_bf16(const AttentionParams& p);
+// Whether those loops also take more rows in place (kInPlaceNativeRows): on a CPU without AMX.
+// With AMX, more rows than kInPlaceBf16Rows go to the AMX tiles packed, as before (the in-place
+// loops were not measured against them).
+bool decode_native_more_rows(const AttentionParams& p);
 
 // Whether a call with few query rows reads its keys and values where they lie (decode's loops,
 // no packing): value rows whole vectors wide, and in bf16 one query row or few rows per
@@ -137,7 +141,7 @@ inline bool decode_in_place(const AttentionParams& p, const Plan& plan) {
   const AttentionShape& sh = p.shape;
   if (sh.len_q > kDecodeRows || sh.value_dim != plan.dv_pad) return false;
   if (!plan.bf16 || sh.len_q == 1) return true;
-  const bool native = decode_native_bf16(p), long_cache = plan.kv_blocks > kDecodeSplitBlocks;
+  const bool native = decode_native_more_rows(p), long_cache = plan.kv_blocks > kDecodeSplitBlocks;
   const int64_t most = native ? (long_cache ? kInPlaceNativeRows : kInPlaceNativeRowsShort)
                               : (long_cache ? kInPlaceBf16Rows : kInPlaceBf16RowsShort);
   return plan.group * sh.len_q <= most;
