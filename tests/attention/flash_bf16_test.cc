@@ -485,6 +485,42 @@ TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
   force_isa("best");
 }
 
+TEST(FlashBf16, DecodeFromACacheOfAnyLayout) {
+  // Decode reads a bf16 cache where it lies: on vdpbf16ps when the key rows are whole 32-bit
+  // words, with the widening loops when they are not (rows an odd number of elements apart, or
+  // starting between words); the value rows may lie anywhere. Every layout matches the reference,
+  // for one query row (a group of 4 heads: the vdpbf16ps loops) and 4 rows (16 per group).
+  ThreadContext ctx(2);
+  for (const int64_t len_q : {1, 4}) {
+    const AttentionShape s{1, 8, 2, len_q, 1100, 64, 64};
+    Bf16Problem ref(s, 33);
+    const AttentionOptions o{.causal = true, .alignment = Alignment::bottom_right};
+    AttentionParams pr = ref.params(o, false);
+    reference::forward(pr);
+    for (const auto& [pad, shift] : {std::pair<int64_t, int64_t>{0, 0}, {1, 0}, {2, 1}, {0, 1}}) {
+      SCOPED_TRACE(::testing::Message() << "Lq " << len_q << " pad " << pad << " shift " << shift);
+      Bf16Problem moved(s, 33);
+      const int64_t row = s.head_dim + pad, nrows = s.batch * s.kv_heads * s.len_kv;
+      std::vector<bf16> k(static_cast<size_t>(shift + nrows * row)), v(k.size());
+      for (int64_t r = 0; r < nrows; ++r) {
+        std::copy_n(moved.k.begin() + r * s.head_dim, s.head_dim, k.begin() + shift + r * row);
+        std::copy_n(moved.v.begin() + r * s.value_dim, s.value_dim, v.begin() + shift + r * row);
+      }
+      AttentionParams p = moved.params(o, false);
+      for (auto [x, buf] : {std::pair<Operand*, std::vector<bf16>*>{&p.k, &k}, {&p.v, &v}})
+        *x = Operand{.batch_stride = s.kv_heads * s.len_kv * row,
+                     .head_stride = s.len_kv * row,
+                     .row_stride = row,
+                     .bf16 = buf->data() + shift};
+      for_each_path([&] {
+        cpu::flash_forward(ctx, p);
+        EXPECT_LE(max_diff(moved.f.out, ref.f.out), kOutTol);
+        EXPECT_LE(max_diff(moved.f.lse, ref.f.lse), kRowTol);
+      });
+    }
+  }
+}
+
 TEST(FlashBf16, StructuralLimitsInTheSoftmaxGiveTheMaskedBits) {
   // On a tile cut by the causal diagonal or the key lengths alone, the vdpbf16ps softmax (and the
   // backward's P, on either engine) takes each row's last key as a limit instead of reading scores
