@@ -73,9 +73,6 @@ attention::AttentionParams segment_attention(const GPTConfig& c, const Dims& d, 
                                              int64_t layer, float* qkv, float* att, float* lse,
                                              const GPT::State& s);
 
-// Appends the keys and values of qkv (one sequence of d.T rows at positions pos0…) to a layer's
-// cache [positions, G, hd] (grown as needed, up to block_size positions) and points p's keys and
-// values at the cache (bottom-right aligned).
 // bf16 products: attention in bf16 too when every segment has at least this many rows. The bf16
 // kernels' forward is faster from 32 rows up (SmolLM2's 9 heads over 3, D = 64, causal: 0.072
 // against 0.12 ms at 128, 0.40 against 1.23 at 512), their backward from 128 (the training
@@ -87,8 +84,9 @@ bool bf16_attention(const GPT::State& s);
 // of `qkv16` (qkv rounded to bf16).
 void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionParams& p);
 
-// Appends the d.T rows' keys and values (in qkv) to one layer's cache at pos0 (float32, or rounded
-// to bf16) and points p's k and v at the whole cache.
+// Appends the d.T rows' keys and values (in qkv; one sequence at positions pos0…) to one layer's
+// cache [G, capacity, hd] (float32, or rounded to bf16; grown as needed, up to block_size
+// positions) and points p's k and v at the whole cache (bottom-right aligned).
 template <class T>
 void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, BasicBuffer<T>& k,
                BasicBuffer<T>& v, attention::AttentionParams& p);

@@ -92,8 +92,9 @@ struct GPT::State {
   std::vector<float> sinusoidal;  // [block_size, C]
   RopeTable rope;
   std::vector<float> alibi;  // [n_head]
-  // KV cache: per layer [positions, n_kv_head, hd] keys and values (after RoPE); in bf16 when the
-  // products are (set_dtype), else float32.
+  // KV cache: per layer [n_kv_head, capacity, hd] keys and values (after RoPE; capacity positions
+  // per head, doubling as the cache grows: detail::use_cache); in bf16 when the products are
+  // (set_dtype), else float32.
   std::vector<Buffer> cache_k, cache_v;
   std::vector<BasicBuffer<bf16>> cache_k16, cache_v16;
   int64_t cache_len = 0;

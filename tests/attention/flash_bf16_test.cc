@@ -487,8 +487,9 @@ TEST(FlashBf16, QueriesReadInPlaceOrPackedGiveTheSameBits) {
 
 TEST(FlashBf16, DecodeFromACacheOfAnyLayout) {
   // Decode reads a bf16 cache where it lies: on vdpbf16ps when the key rows are whole 32-bit
-  // words, with the widening loops when they are not (rows an odd number of elements apart, or
-  // starting between words); the value rows may lie anywhere. Every layout matches the reference,
+  // words (prefetching rows that are not contiguous), with the widening loops when they are not
+  // (rows an odd number of elements apart, or starting between words); the value rows may lie
+  // anywhere. Every layout matches the reference,
   // for one query row (a group of 4 heads: the vdpbf16ps loops) and 4 rows (16 per group).
   ThreadContext ctx(2);
   for (const int64_t len_q : {1, 4}) {
@@ -497,7 +498,8 @@ TEST(FlashBf16, DecodeFromACacheOfAnyLayout) {
     const AttentionOptions o{.causal = true, .alignment = Alignment::bottom_right};
     AttentionParams pr = ref.params(o, false);
     reference::forward(pr);
-    for (const auto& [pad, shift] : {std::pair<int64_t, int64_t>{0, 0}, {1, 0}, {2, 1}, {0, 1}}) {
+    for (const auto& [pad, shift] :
+         {std::pair<int64_t, int64_t>{0, 0}, {2, 0}, {1, 0}, {2, 1}, {0, 1}}) {
       SCOPED_TRACE(::testing::Message() << "Lq " << len_q << " pad " << pad << " shift " << shift);
       Bf16Problem moved(s, 33);
       const int64_t row = s.head_dim + pad, nrows = s.batch * s.kv_heads * s.len_kv;

@@ -71,12 +71,22 @@ void row_pairs(const float* x, size_t ldx, size_t rows, size_t rows_pad, size_t 
 // as softmax_rows takes them.
 void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds, const float* lse,
                     const int32_t* row_cols = nullptr);
+// What decode's scores prefetch into L2 (v null: nothing): the key rows kDecodeAhead keys ahead
+// and value row c (v + c·ldv, width elements) as they score key c. For rows that are not
+// contiguous (a position-major cache: rows of every head interleaved), which the hardware
+// prefetchers follow poorly; contiguous rows are read faster without (flash_dot-inl.h).
+struct DecodeAhead {
+  const bf16* v = nullptr;
+  size_t ldv = 0, width = 0;
+};
+constexpr size_t kDecodeAhead = 32;
 // Decode's scores from a bf16 KV cache read in place: s[r, c] = scale · q[r] · k[c], r < rows,
 // c < cols (any), with q's and k's rows read as pair words where they lie (a row's natural layout
 // pairs elements 2·e2 and 2·e2 + 1, as vdpbf16ps multiplies them: no packing); leading dims ldq
 // and ldk words; pairs (D / 2) a multiple of 16, at most 64 (D = 32, 64, 96, 128).
 void decode_scores_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, size_t ldk,
-                        size_t pairs, size_t cols, float scale, float* s, size_t lds);
+                        size_t pairs, size_t cols, float scale, float* s, size_t lds,
+                        const DecodeAhead& ahead = {});
 // Decode's P·V from a bf16 KV cache read in place: o[rows, width] = α ⊙ o + P · V, with P the
 // rounded probabilities as pair words [rows, ldp words] (keys 2·c2 and 2·c2 + 1; a word past the
 // last key holds 0 in its upper half) and V's rows where they lie (leading dim ldv elements); any

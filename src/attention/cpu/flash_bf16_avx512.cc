@@ -383,11 +383,12 @@ HEADLIGHT_BF16_TARGET inline __m256 SumEight(const __m512* a) {
 
 // R query rows (≤ 4) against cols key rows, NV vectors of 16 pair words per row: the rows stay in
 // registers and each key row is loaded once for all of them; 8 / R keys a step (R = 3 as 4), one
-// accumulator per (row, key), summed by SumEight into the step's 8 scores.
+// accumulator per (row, key), summed by SumEight into the step's 8 scores. With `ahead`, every
+// line of the key rows kDecodeAhead keys on and of each key's value row is prefetched into L2.
 template <size_t R, size_t NV>
 HEADLIGHT_BF16_TARGET inline void DecodeScoresRows(const uint32_t* q, size_t ldq, const uint32_t* k,
                                                    size_t ldk, size_t cols, float scale, float* s,
-                                                   size_t lds) {
+                                                   size_t lds, const DecodeAhead& ahead) {
   constexpr size_t kRows = R == 3 ? 4 : R, kKeys = 8 / kRows;
   __m512bh qv[R][NV];
   HEADLIGHT_UNROLL
@@ -399,6 +400,14 @@ HEADLIGHT_BF16_TARGET inline void DecodeScoresRows(const uint32_t* q, size_t ldq
     const uint32_t* key[kKeys];
     HEADLIGHT_UNROLL
     for (size_t j = 0; j < kKeys; ++j) key[j] = k + (c + std::min(j, n - 1)) * ldk;
+    if (ahead.v)
+      for (size_t j = 0; j < n; ++j) {
+        const auto* kn = reinterpret_cast<const char*>(key[j] + kDecodeAhead * ldk);
+        const auto* vr = reinterpret_cast<const char*>(ahead.v + (c + j) * ahead.ldv);
+        for (size_t x = 0; x < NV * 64; x += 64) _mm_prefetch(kn + x, _MM_HINT_T1);
+        for (size_t x = 0; x < ahead.width * sizeof(bf16); x += 64)
+          _mm_prefetch(vr + x, _MM_HINT_T1);
+      }
     __m512 acc[8];  // acc[kKeys · row + key]
     HEADLIGHT_UNROLL
     for (size_t i = 0; i < 8; ++i) acc[i] = _mm512_setzero_ps();
@@ -425,42 +434,47 @@ HEADLIGHT_BF16_TARGET inline void DecodeScoresRows(const uint32_t* q, size_t ldq
 template <size_t NV>
 HEADLIGHT_BF16_TARGET inline void DecodeScoresBlock(const uint32_t* q, size_t ldq, size_t rows,
                                                     const uint32_t* k, size_t ldk, size_t cols,
-                                                    float scale, float* s, size_t lds) {
+                                                    float scale, float* s, size_t lds,
+                                                    const DecodeAhead& ahead) {
   switch (rows) {
     case 1:
-      return DecodeScoresRows<1, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+      return DecodeScoresRows<1, NV>(q, ldq, k, ldk, cols, scale, s, lds, ahead);
     case 2:
-      return DecodeScoresRows<2, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+      return DecodeScoresRows<2, NV>(q, ldq, k, ldk, cols, scale, s, lds, ahead);
     case 3:
-      return DecodeScoresRows<3, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+      return DecodeScoresRows<3, NV>(q, ldq, k, ldk, cols, scale, s, lds, ahead);
     default:
-      return DecodeScoresRows<4, NV>(q, ldq, k, ldk, cols, scale, s, lds);
+      return DecodeScoresRows<4, NV>(q, ldq, k, ldk, cols, scale, s, lds, ahead);
   }
 }
 
 HEADLIGHT_BF16_TARGET void decode_scores_bf16(const uint32_t* q, size_t ldq, size_t rows,
                                               const uint32_t* k, size_t ldk, size_t pairs,
-                                              size_t cols, float scale, float* s, size_t lds) {
+                                              size_t cols, float scale, float* s, size_t lds,
+                                              const DecodeAhead& ahead) {
   constexpr size_t kRun = 32;  // keys: the later blocks of 4 rows read the run from L1
   for (size_t c0 = 0; c0 < cols; c0 += kRun) {
     const size_t n = std::min(kRun, cols - c0);
     for (size_t r0 = 0; r0 < rows; r0 += 4) {
       const size_t m = std::min<size_t>(4, rows - r0);
+      // The first block of rows reads the keys from memory: it prefetches.
+      DecodeAhead run_ahead{};
+      if (r0 == 0 && ahead.v) run_ahead = {ahead.v + c0 * ahead.ldv, ahead.ldv, ahead.width};
       const uint32_t* qr = q + r0 * ldq;
       const uint32_t* kc = k + c0 * ldk;
       float* sr = s + r0 * lds + c0;
       switch (pairs / 16) {
         case 1:
-          DecodeScoresBlock<1>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          DecodeScoresBlock<1>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
           break;
         case 2:
-          DecodeScoresBlock<2>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          DecodeScoresBlock<2>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
           break;
         case 3:
-          DecodeScoresBlock<3>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          DecodeScoresBlock<3>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
           break;
         default:
-          DecodeScoresBlock<4>(qr, ldq, m, kc, ldk, n, scale, sr, lds);
+          DecodeScoresBlock<4>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
           break;
       }
     }
@@ -661,7 +675,7 @@ void exp_shift_rows(float*, size_t, size_t, size_t, const float*, const int32_t*
   fail("exp_shift_rows: no native bf16 path on this architecture");
 }
 void decode_scores_bf16(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t,
-                        float, float*, size_t) {
+                        float, float*, size_t, const DecodeAhead&) {
   fail("decode_scores_bf16: no native bf16 path on this architecture");
 }
 void decode_pv_bf16(const uint32_t*, size_t, size_t, size_t, const bf16*, size_t, size_t, float*,

@@ -27,13 +27,15 @@ namespace hn = hwy::HWY_NAMESPACE;
 constexpr int kToL2 = 2;
 // Whether decode prefetches its key and value rows (see DotTileT): when there is little
 // arithmetic per byte read, a key row of at most kPrefetchRowBytes (two cache lines: bf16 D ≤ 64,
-// fp32 D ≤ 32) or one fp32 query row per key; otherwise the rows are left to the hardware
-// prefetchers, which follow rows read in address order without holding the core's line fill
-// buffers.
+// fp32 D ≤ 32) or one fp32 query row per key, or when the key rows are not contiguous (ldk > dim:
+// a position-major cache, whose rows the hardware prefetchers follow poorly); otherwise the rows
+// are left to the hardware prefetchers, which follow contiguous rows read in address order
+// without holding the core's line fill buffers.
 constexpr size_t kPrefetchRowBytes = 128;
 template <class T>
-constexpr bool PrefetchesDecode(size_t rows, size_t dim) {
-  return dim * sizeof(T) <= kPrefetchRowBytes || (rows == 1 && sizeof(T) == sizeof(float));
+constexpr bool PrefetchesDecode(size_t rows, size_t dim, size_t ldk) {
+  return dim * sizeof(T) <= kPrefetchRowBytes || (rows == 1 && sizeof(T) == sizeof(float)) ||
+         ldk != dim;
 }
 
 // Every cache line of `width` elements from `row` into L2.
@@ -302,7 +304,7 @@ HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const 
 template <class T>
 void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, size_t dim,
               size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
-  const bool prefetch = PrefetchesDecode<T>(rows, dim);
+  const bool prefetch = PrefetchesDecode<T>(rows, dim, ldk);
   if (!prefetch) ahead = {};
 #if HWY_MAX_BYTES == 64
   // One row that prefetches (MHA fp32, or short rows: bound by the reads) goes one key at a time:
