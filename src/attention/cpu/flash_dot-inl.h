@@ -81,16 +81,16 @@ void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, s
 // measured slower; the figures are in docs/notes/2026-12-03-decode.md).
 //
 // Prefetch. When there is little arithmetic per byte (PrefetchesDecode: short key rows, or one
-// fp32 query row), the key rows are also prefetched kDotAhead keys ahead into L2 (locality 2:
-// prefetcht1 on x86), and so are the rows of `ahead` (decode's value rows) as their keys are
-// scored, so that P·V reads them from L2. Otherwise they are not: a software prefetch that misses
-// holds one of the core's line fill buffers until its line arrives, and with them all waiting
-// the prefetches stall the loads of the arithmetic behind them, while the hardware prefetchers,
-// which follow rows read in address order (the keys here, the values in P·V: PvInPlaceT reads
-// each value row whole), fetch into L2 without them. On Zen 4, 4,096 keys, 32 heads over 8,
-// D = 128: bf16 0.87 → 0.73 ms without the prefetches (and P·V by whole rows), fp32 1.51 →
-// 1.32; one fp32 row per key (12 heads, D = 64) is the other way, 0.55 ms without and 0.46 with
-// (docs/notes/2026-12-05-decode-without-prefetch.md).
+// fp32 query row), or the rows are not contiguous, the key rows are also prefetched kDotAhead keys
+// ahead into L2 (locality 2: prefetcht1 on x86), and so are the rows of `ahead` (decode's value
+// rows) as their keys are scored, so that P·V reads them from L2. Otherwise they are not: a
+// software prefetch that misses holds one of the core's line fill buffers until its line arrives,
+// and with them all waiting the prefetches stall the loads of the arithmetic behind them, while the
+// hardware prefetchers, which follow rows read in address order (the keys here, the values in P·V:
+// PvInPlaceT reads each value row whole), fetch into L2 without them. On Zen 4, 4,096 keys, 32
+// heads over 8, D = 128: bf16 0.87 → 0.73 ms without the prefetches (and P·V by whole rows),
+// fp32 1.51 → 1.32; one fp32 row per key (12 heads, D = 64) is the other way, 0.55 ms without and
+// 0.46 with (docs/notes/2026-12-05-decode-without-prefetch.md).
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
