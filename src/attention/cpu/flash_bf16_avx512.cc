@@ -15,6 +15,13 @@
 // rows P·V reads. It is about half the instructions of the portable loop (flash_kernels-inl.h); on
 // the Zen 4 machine of 2026-12-05 it took the vdpbf16ps forward at N = 2048, D = 64 from 311 to
 // 348 GFLOP/s (0.66 → 0.74 of the vdpbf16ps peak).
+//
+// decode_scores_bf16 and decode_pv_bf16 are decode's loops over a bf16 cache read where it lies
+// (no packing: decode reads each key and value once, from memory). The scores keep up to 4 query
+// rows in registers and read each key row once for all of them; P·V interleaves two value rows in
+// registers into the pair words vdpbf16ps multiplies. Half the instructions of widening each
+// element to fp32: 32 heads over 8, D = 128, 4,096 keys went 0.75 → 0.64 ms, within reach of what
+// the memory gives that access pattern (docs/notes/2026-12-05-decode-without-prefetch.md).
 
 #include <algorithm>
 #include <cstring>
