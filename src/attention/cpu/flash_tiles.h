@@ -82,8 +82,8 @@ struct Plan {
   int64_t lanes, group, dv_pad, bc_pad, br;
   bool bf16 = false;
   // bf16 decode read in place (decode_in_place, which is_decode then holds): keys and values read
-  // where they lie by the fp32 decode loops, each element widened as it is loaded (half the bytes
-  // of fp32).
+  // where they lie, by the vdpbf16ps loops (native_decode) or by the fp32 decode loops, each
+  // element widened as it is loaded (half the bytes of fp32).
   bool in_place_bf16 = false;
   // in_place_bf16 on vdpbf16ps: decode_native_bf16, and two or more rows per key/value head.
   bool native_decode = false;
