@@ -66,6 +66,90 @@ const float* blocks_of(const AttentionParams& p, const Plan& plan, const float* 
   return packed + (b * p.shape.kv_heads + g) * plan.kv_blocks * plan.block_floats;
 }
 
+// Where an item's query rows lie: batch b, key/value head g, rows [i0, i0 + rows) of each head.
+struct ItemRows {
+  int64_t b, g, i0, rows;
+};
+
+// Decode's tiles with keys and values read where they lie (accumulate_item without packed key
+// blocks, its queries copied to w.q and its running state reset): the rows of every head of the
+// group form one tile, so each key and value row is read once for the whole group. Per tile:
+// scores → soft-cap → masks → softmax → (dropout) → P·V, on vdpbf16ps (plan.native_decode) or
+// widening each element as it is loaded.
+void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scratch& w,
+                         const ItemRows& it, const KeyRange& first, const KeyRange& last,
+                         int64_t j_begin, int64_t j_end) {
+  const AttentionShape& sh = p.shape;
+  const AttentionOptions& o = p.options;
+  const int64_t D = sh.head_dim, G = plan.group, b = it.b, g = it.g, rows = it.rows;
+  const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
+  const bool native = plan.native_decode, stats = wants_stats(p);
+  const auto dv = static_cast<size_t>(sh.value_dim);
+  // Rows that are not contiguous (a position-major cache) are prefetched: 20% faster there.
+  const bool strided = p.k.row_stride != D || p.v.row_stride != sh.value_dim;
+  // On vdpbf16ps without statistics or dropout, the native softmax writes P rounded to bf16 for
+  // P·V itself; otherwise P is rounded after the portable softmax and the dropout.
+  const bool native_softmax = native && !stats && o.dropout_p == 0;
+  for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
+    const int64_t cols = std::min(kBlockKeys, j_end - j0);
+    const int64_t cols_pad = round_up(cols, plan.lanes);
+    // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
+    // row has the smallest hi and the last row the largest lo.
+    const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
+    // The widening loops prefetch the tile's value rows into L2 for P·V when the rows are short
+    // (kernels::RowsAhead; flash_dot-inl.h).
+    if (native)
+      kernels::native::decode_scores_bf16(
+          reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
+          static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, j0)),
+          static_cast<size_t>(p.k.row_stride / 2), static_cast<size_t>(D / 2),
+          static_cast<size_t>(cols), effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
+          strided ? kernels::native::DecodeAhead{p.v.bf16_at(b, g, j0),
+                                                 static_cast<size_t>(p.v.row_stride), dv}
+                  : kernels::native::DecodeAhead{});
+    else if (plan.bf16)  // a bf16 cache, read in place (plan.in_place_bf16), widened
+      kernels::dot_tile_bf16(w.q, D, gr, p.k.bf16_at(b, g, j0), p.k.row_stride, D, cols, w.s,
+                             plan.bc_pad,
+                             {p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv});
+    else
+      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad,
+                        {p.v.at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv});
+    if (o.softcap > 0) kernels::softcap_tile(w.s, gr, cols_pad, plan.bc_pad, o.softcap);
+    for (int64_t hg = 0; hg < G; ++hg)
+      apply_element_masks(p, {b, g * G + hg, it.i0, rows, j0, cols, partial}, cols_pad,
+                          w.s + hg * rows * plan.bc_pad, plan.bc_pad);
+    if (native_softmax)
+      kernels::native::softmax_rows(w.s, static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
+                                    static_cast<size_t>(plan.bc_pad), w.m, w.l, w.alpha, 1.0f, w.pb,
+                                    static_cast<size_t>(plan.bc_pad));
+    else
+      kernels::softmax_rows(w.s, gr, cols_pad, plan.bc_pad, w.m, w.l, w.alpha,
+                            {.ent = stats ? w.ent : nullptr, .argmax = stats ? w.argcol : nullptr});
+    if (stats)
+      for (int64_t k = 0; k < gr; ++k)
+        if (w.argcol[k] >= 0) w.best[k] = j0 + w.argcol[k];
+    if (o.dropout_p > 0)
+      for (int64_t hg = 0; hg < G; ++hg)
+        apply_dropout(p, {b, g * G + hg, it.i0, rows, j0, cols, partial},
+                      w.s + hg * rows * plan.bc_pad, plan.bc_pad);
+    if (native) {  // P rounded to bf16 pair words, then P·V on vdpbf16ps
+      if (!native_softmax)
+        kernels::native::round_tile_bf16(w.s, static_cast<size_t>(plan.bc_pad),
+                                         static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
+                                         w.pb, static_cast<size_t>(plan.bc_pad));
+      kernels::native::decode_pv_bf16(
+          reinterpret_cast<const uint32_t*>(w.pb), static_cast<size_t>(plan.bc_pad / 2),
+          static_cast<size_t>(gr), static_cast<size_t>(cols), p.v.bf16_at(b, g, j0),
+          static_cast<size_t>(p.v.row_stride), dv, w.o, static_cast<size_t>(plan.dv_pad), w.alpha);
+    } else if (plan.bf16)
+      kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, p.v.bf16_at(b, g, j0), p.v.row_stride,
+                                plan.dv_pad, w.o, plan.dv_pad, w.alpha);
+    else
+      kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, p.v.at(b, g, j0), p.v.row_stride,
+                                plan.dv_pad, w.o, plan.dv_pad, w.alpha);
+  }
+}
+
 // Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'
 // structural ranges, leaving the running state (o, m, per-lane l) in w. `blocks` holds (b, g)'s
 // packed key blocks, or is null: keys and values read where they lie.
@@ -127,82 +211,21 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   const KeyRange first = key_range(p, b, i0), last = key_range(p, b, i0 + rows - 1);
   const int64_t j_begin = std::max({first.lo, key_lo, int64_t{0}});
   const int64_t j_end = std::min({last.hi + 1, key_hi, sh.len_kv});
+  if (!blocks) {
+    accumulate_in_place(p, plan, w, {b, g, i0, rows}, first, last, j_begin, j_end);
+    return;
+  }
   for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
     // Keys past the last row's range are not computed at all (the causal diagonal).
     const int64_t cols = std::min(kBlockKeys, j_end - j0);
-    const float* kt = blocks ? blocks + (j0 / kBlockKeys) * plan.block_floats : nullptr;
-    const bool v_packed = blocks && !plan.v_in_place;
+    const float* kt = blocks + (j0 / kBlockKeys) * plan.block_floats;
+    const bool v_packed = !plan.v_in_place;
     const float* v = v_packed ? kt + D * plan.bc_pad : plan.bf16 ? nullptr : p.v.at(b, g, j0);
     const int64_t ldv = v_packed ? plan.dv_pad : p.v.row_stride;
     const int64_t cols_pad = round_up(cols, plan.lanes);
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
-    if (!blocks) {
-      // Keys and values in place (decode): the rows of every head of the group form one tile,
-      // so each key and value row is read once for the whole group.
-      const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
-      // The scores prefetch the tile's value rows into L2 for P·V when the rows are short
-      // (kernels::RowsAhead; flash_dot-inl.h).
-      const auto dv = static_cast<size_t>(sh.value_dim);
-      if (native) {
-        // Rows that are not contiguous (a position-major cache) are prefetched: 20% faster there.
-        const bool strided = p.k.row_stride != D || p.v.row_stride != sh.value_dim;
-        kernels::native::decode_scores_bf16(
-            reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
-            static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, j0)),
-            static_cast<size_t>(p.k.row_stride / 2), static_cast<size_t>(D / 2),
-            static_cast<size_t>(cols), effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
-            strided ? kernels::native::DecodeAhead{p.v.bf16_at(b, g, j0),
-                                                   static_cast<size_t>(p.v.row_stride), dv}
-                    : kernels::native::DecodeAhead{});
-      } else if (plan.bf16)  // a bf16 cache, read in place (plan.in_place_bf16), widened
-        kernels::dot_tile_bf16(w.q, D, gr, p.k.bf16_at(b, g, j0), p.k.row_stride, D, cols, w.s,
-                               plan.bc_pad,
-                               {p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv});
-      else
-        kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad,
-                          {v, static_cast<size_t>(ldv), dv});
-      if (o.softcap > 0) kernels::softcap_tile(w.s, gr, cols_pad, plan.bc_pad, o.softcap);
-      for (int64_t hg = 0; hg < G; ++hg)
-        apply_element_masks(p, {b, g * G + hg, i0, rows, j0, cols, partial}, cols_pad,
-                            w.s + hg * rows * plan.bc_pad, plan.bc_pad);
-      // On vdpbf16ps without statistics or dropout, the native softmax writes P rounded to bf16
-      // for P·V itself; otherwise P is rounded after the portable softmax and the dropout.
-      const bool native_softmax = native && !stats && o.dropout_p == 0;
-      if (native_softmax)
-        kernels::native::softmax_rows(w.s, static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
-                                      static_cast<size_t>(plan.bc_pad), w.m, w.l, w.alpha, 1.0f,
-                                      w.pb, static_cast<size_t>(plan.bc_pad));
-      else
-        kernels::softmax_rows(
-            w.s, gr, cols_pad, plan.bc_pad, w.m, w.l, w.alpha,
-            {.ent = stats ? w.ent : nullptr, .argmax = stats ? w.argcol : nullptr});
-      if (stats)
-        for (int64_t k = 0; k < gr; ++k)
-          if (w.argcol[k] >= 0) w.best[k] = j0 + w.argcol[k];
-      if (o.dropout_p > 0)
-        for (int64_t hg = 0; hg < G; ++hg)
-          apply_dropout(p, {b, g * G + hg, i0, rows, j0, cols, partial},
-                        w.s + hg * rows * plan.bc_pad, plan.bc_pad);
-      if (native) {  // P rounded to bf16 pair words, then P·V on vdpbf16ps
-        if (!native_softmax)
-          kernels::native::round_tile_bf16(w.s, static_cast<size_t>(plan.bc_pad),
-                                           static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
-                                           w.pb, static_cast<size_t>(plan.bc_pad));
-        kernels::native::decode_pv_bf16(reinterpret_cast<const uint32_t*>(w.pb),
-                                        static_cast<size_t>(plan.bc_pad / 2),
-                                        static_cast<size_t>(gr), static_cast<size_t>(cols),
-                                        p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride),
-                                        dv, w.o, static_cast<size_t>(plan.dv_pad), w.alpha);
-      } else if (plan.bf16)
-        kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, p.v.bf16_at(b, g, j0), p.v.row_stride,
-                                  plan.dv_pad, w.o, plan.dv_pad, w.alpha);
-      else
-        kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, v, ldv, plan.dv_pad, w.o, plan.dv_pad,
-                                  w.alpha);
-      continue;
-    }
     // The vdpbf16ps softmax takes a causal tile's structural masks as the rows' limits (no mask
     // pass, no exponentials past a row's last key; the same bits). The rows' limits are the same
     // for every head of the group.
