@@ -414,6 +414,19 @@ TEST(FlashDecode, FewQueryRowsAgainstLongKeysMatchTheReference) {
           .window_left = -1,
           .lengths = {},
           .softcap = 0.0f},
+          // Enough (batch, key/value head) pairs and key blocks for longer pieces
+          // (decode_split_blocks: 2 · 4 · 11 blocks → 5 blocks a piece), the last one shorter.
+          DecodeCase{.shape = {.batch = 2,
+                              .heads = 8,
+                              .kv_heads = 4,
+                              .len_q = 2,
+                              .len_kv = 2600,
+                              .head_dim = 64,
+                              .value_dim = 64},
+          .causal = true,
+          .window_left = -1,
+          .lengths = {2600, 1900},
+          .softcap = 0.0f},
           // 64 query heads over one key/value head, 16 rows each: 1,024 rows share the key rows,
           // more than one softmax call takes (it splits them; 256 at a time).
           DecodeCase{.shape = {.batch = 1,
@@ -499,6 +512,13 @@ TEST(FlashForward, RowStatisticsMatchTheReference) {
                                .kv_heads = 2,
                                .len_q = 3,
                                .len_kv = 3000,
+                               .head_dim = 64,
+                               .value_dim = 64},
+                               AttentionShape{.batch = 2,
+                               .heads = 8,
+                               .kv_heads = 4,
+                               .len_q = 1,
+                               .len_kv = 2600,
                                .head_dim = 64,
                                .value_dim = 64}}) {
     AttentionOptions o;

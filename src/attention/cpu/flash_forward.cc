@@ -379,8 +379,9 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
   }
 }
 
-// Decode (few query rows, many keys): the key range is cut into a fixed number of splits that
-// depends only on L_kv, never on the thread count; each (batch, kv head, split) item leaves its
+// Decode (few query rows, many keys): the key range is cut into splits of decode_split_blocks key
+// blocks, a number that depends on the shape only, never on the thread count; each (batch, kv
+// head, split) item leaves its
 // partial state per row (o, then m, l, ent and the key of the maximum), and the splits are merged
 // in order:
 //   M = max_s m_s,  L = Σ_s e^(m_s − M) l_s,  O = Σ_s e^(m_s − M) o_s,  out = O / L,
@@ -394,7 +395,8 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, 
   const bool stats = wants_stats(p);
   const int64_t G = plan.group, rows = sh.len_q, width = plan.dv_pad + 4;
   const int64_t M = plan.dv_pad, L = M + 1, E = M + 2, A = M + 3;  // offsets in a row's state
-  const int64_t splits = (plan.kv_blocks + kDecodeSplitBlocks - 1) / kDecodeSplitBlocks;
+  const int64_t split_blocks = decode_split_blocks(p, plan);
+  const int64_t splits = (plan.kv_blocks + split_blocks - 1) / split_blocks;
   const int64_t state = G * rows * width;
   const size_t packed_size =
       pack ? static_cast<size_t>(round_up(static_cast<int64_t>(packed_floats(p, plan)), 16)) : 0;
@@ -408,9 +410,9 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, 
     const int64_t split = item % splits, bg = item / splits;
     const int64_t b = bg / sh.kv_heads, g = bg % sh.kv_heads;
     const Scratch w = carve(ctx.scratch(worker).floats(plan.total()), plan);
-    const int64_t key_lo = split * kDecodeSplitBlocks * kBlockKeys;
+    const int64_t key_lo = split * split_blocks * kBlockKeys;
     accumulate_item(p, plan, w, packed ? blocks_of(p, plan, packed, b, g) : nullptr, b, g, 0, rows,
-                    key_lo, key_lo + kDecodeSplitBlocks * kBlockKeys);
+                    key_lo, key_lo + split_blocks * kBlockKeys);
     float* dst = partial + item * state;
     for (int64_t hg = 0; hg < G; ++hg) {
       row_sums(plan, w, hg, rows, w.alpha);  // free once the item's tiles are done
