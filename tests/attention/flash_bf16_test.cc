@@ -207,9 +207,11 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
   // prefetch) with a tail of 7 keys; D = 32 with Dv = 96; 64 query heads over one key/value head
   // with 16 rows (1,024 rows share the packed keys: more than one softmax call takes); D = 256; Dv
   // = 80 (packed on AVX-512); short caches: one row over 32/8 heads and 300 keys, 8 rows per
-  // key/value head and 100 keys (in place), 64 rows and 257 keys (the ordinary tiles); 2 × 16 heads
-  // over 8 and 2,100 keys (decode_split_blocks' longer pieces: 8 key blocks, then 1). Options:
-  // each alone, then all together.
+  // key/value head and 100 keys (in place), 64 rows and 257 keys (the ordinary tiles); longer
+  // pieces and tiles (decode_split_blocks, plan.tile_keys) over 2,600 keys: 16 heads over 8, one
+  // row (pieces of 5 key blocks read as tiles of 1,024 and 256 keys, a last piece of 40 keys), and
+  // 2 × 16 heads over 4 with 4 rows (16 rows a group: the same tiles). Options: each alone, then
+  // all together.
   const float inf = std::numeric_limits<float>::infinity();
   struct Opt {
     const char* name;
@@ -241,7 +243,8 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
       {1, 64, 1, 16, 600, 64, 64},   {1, 2, 1, 5, 700, 256, 32},   {1, 4, 2, 2, 800, 64, 80},
       {1, 32, 8, 1, 300, 128, 128},  {2, 8, 2, 2, 100, 64, 64},    {1, 16, 1, 4, 257, 64, 64},
       {1, 6, 2, 1, 1029, 128, 128},  {1, 2, 2, 1, 1031, 128, 128}, {1, 8, 2, 2, 900, 64, 48},
-      {1, 8, 1, 8, 1100, 64, 64},    {1, 8, 1, 4, 400, 64, 64},    {2, 16, 8, 1, 2100, 128, 128}};
+      {1, 8, 1, 8, 1100, 64, 64},    {1, 8, 1, 4, 400, 64, 64},    {1, 16, 8, 1, 2600, 128, 128},
+      {2, 16, 4, 4, 2600, 64, 64}};
   ThreadContext ctx(2);
   for (const AttentionShape& shape : shapes)
     for (const Opt& opt : opts) {

@@ -388,9 +388,16 @@ Plan make_plan(const AttentionParams& p) {
   plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.native_softmax =
       plan.bf16 && !plan.in_place_bf16 && plan.lanes == 16 && (plan.amx || kernels::bf16_native());
-  // Keys per tile, padded: a whole block, or all the keys when there are fewer.
-  plan.bc_pad =
-      round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), plan.amx ? 32 : plan.lanes);
+  // Keys per tile, padded: a whole tile, or all the keys when there are fewer.
+  if (plan.native_decode) {
+    const int64_t rows = plan.group * sh.len_q;
+    plan.tile_keys = kDecodeTileKeys;
+    while (plan.tile_keys > kBlockKeys &&
+           rows * plan.tile_keys * static_cast<int64_t>(sizeof(float)) > kDecodeScoresBytes)
+      plan.tile_keys /= 2;
+  }
+  plan.bc_pad = round_up(std::min(plan.tile_keys, std::max<int64_t>(sh.len_kv, 1)),
+                         plan.amx ? 32 : plan.lanes);
   const AttentionOptions& o = p.options;
   const bool banded = o.causal || o.window_left >= 0 || o.window_right >= 0;
   plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);

@@ -51,6 +51,15 @@ constexpr int64_t kDecodeSplitBlocks = 2;
 // for kDecodeItems items where the keys allow it, so that several threads still share a call.
 constexpr int64_t kDecodeSplitBlocksMost = 8;
 constexpr int64_t kDecodeItems = 16;
+// Decode on vdpbf16ps (plan.native_decode) reads its keys and values in tiles of up to this many
+// keys (plan.tile_keys), as long as the group's scores of a tile stay within
+// kDecodeScoresBytes: the scores and P·V each stream longer (256 KB at D = 128) before the other
+// takes over. Zen 4, 2 threads, 32 heads over 8, D = 128, 4,096 keys, 8 alternating rounds with
+// the probe at 33–35 GB/s: 0.623–0.695 ms with tiles of 256 keys, 0.584–0.658 with 512,
+// 0.587–0.635 with 1,024; 16 and 64 rows a group no slower; 128 rows (32 heads over 2, 8 query
+// rows) 1.95 against 1.89 ms with 1,024, hence the bound on the scores.
+constexpr int64_t kDecodeTileKeys = 1024;
+constexpr int64_t kDecodeScoresBytes = 64 << 10;
 // A bf16 decode reads its keys and values where they lie (widening each element as it loads it)
 // for one query row, or up to this many rows per key/value head (query rows × group); more rows
 // share the packing of the keys into pair words and the vdpbf16ps tiles, which then cost less.
@@ -101,6 +110,8 @@ struct Plan {
   bool native_softmax = false;
   int64_t pairs = 0;  // bf16: head-dim pairs, ⌈D / 2⌉ (AMX: padded to a multiple of 16)
   int64_t kv_blocks;  // key blocks per (batch, kv head)
+  // Keys per tile: a key block, or up to kDecodeTileKeys for decode on vdpbf16ps (native_decode).
+  int64_t tile_keys = kBlockKeys;
   // Value rows whole vectors wide (Dv = dv_pad) are read where they lie; otherwise they are
   // packed, padded, after the keys.
   bool v_in_place;
