@@ -217,7 +217,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   }
   for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
     // Keys past the last row's range are not computed at all (the causal diagonal).
-    const int64_t cols = std::min(plan.tile_keys, j_end - j0);
+    const int64_t cols = std::min(kBlockKeys, j_end - j0);
     const float* kt = blocks + (j0 / kBlockKeys) * plan.block_floats;
     const bool v_packed = !plan.v_in_place;
     const float* v = v_packed ? kt + D * plan.bc_pad : plan.bf16 ? nullptr : p.v.at(b, g, j0);
@@ -557,7 +557,7 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     const int64_t j_end = std::min(last.hi + 1, sh.len_kv);
     const float* blocks = blocks_of(p, plan, packed, b, g);
     for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
-      const int64_t cols = std::min(plan.tile_keys, j_end - j0);
+      const int64_t cols = std::min(kBlockKeys, j_end - j0);
       const TilePos tile{b, h, i0, rows, j0, cols, !(last.lo <= j0 && first.hi >= j0 + cols - 1)};
       if (plan.bf16)
         score_tile(p, plan, w.q, plan.pairs, tile, blocks + (j0 / kBlockKeys) * plan.block_floats,
