@@ -209,6 +209,11 @@ void add_bench_attention(CLI::App& bench) {
                            "Also recompute the exact probabilities of this many heads "
                            "(need_weights)"),
            0);
+  auto layout = std::make_shared<std::string>("rows");
+  cmd->add_option("--kv-layout", *layout,
+                  "rows | blocked (bf16: the cache laid out for decode, attention/kv_layout.h)")
+      ->check(CLI::IsMember({"rows", "blocked"}))
+      ->capture_default_str();
   add_threads_option(cmd, c->threads, c->threads);
   cmd->add_option("--kernel", *kernel, "fused | reference | unfused (oneDNN products + softmax)")
       ->check(CLI::IsMember({"fused", "reference", "unfused"}))
@@ -217,8 +222,9 @@ void add_bench_attention(CLI::App& bench) {
                ->capture_default_str());
   at_least(cmd->add_option("--warmup", c->warmup, "Untimed runs first")->capture_default_str(), 0);
   cmd->add_flag("--json", *json, "Machine-readable output");
-  cmd->callback([c, json, kernel, dtype] {
+  cmd->callback([c, json, kernel, dtype, layout] {
     c->dtype = *dtype == "bf16" ? DType::bf16 : DType::f32;
+    c->kv_layout = *layout == "blocked" ? attention::KvLayout::blocked : attention::KvLayout::rows;
     c->kernel = *kernel == "reference" ? bench::AttentionKernel::reference
                 : *kernel == "unfused" ? bench::AttentionKernel::unfused
                                        : bench::AttentionKernel::fused;
@@ -236,6 +242,7 @@ void add_bench_attention(CLI::App& bench) {
                 {"dtype", *dtype},
                 {"backward", k.backward},
                 {"probs_heads", k.probs_heads},
+                {"kv_layout", *layout},
                 {"threads", k.threads},
                 {"kernel", *kernel},
                 {"target", r.target},
@@ -254,12 +261,12 @@ void add_bench_attention(CLI::App& bench) {
       return;
     }
     fmt::print(
-        "attention {} B={} H={} Hkv={} Lq={} Lk={} D={}{} {} [{} kernel, {}] on {} thread(s): "
+        "attention {} B={} H={} Hkv={} Lq={} Lk={} D={}{} {}{} [{} kernel, {}] on {} thread(s): "
         "median {:.3f} ms, {:.1f} GFLOP/s = {:.1f}% of the {} peak {:.1f} GFLOP/s measured "
         "in this run\n",
         k.backward ? "backward" : "forward", k.batch, k.heads, k.kv_heads, k.seq, k.seq_kv,
-        k.head_dim, k.causal ? " causal" : "", *dtype, *kernel, r.target, k.threads,
-        r.timing.median * 1e3, r.gflops, 100 * r.fraction_of_peak,
+        k.head_dim, k.causal ? " causal" : "", *dtype, *layout == "blocked" ? " blocked cache" : "",
+        *kernel, r.target, k.threads, r.timing.median * 1e3, r.gflops, 100 * r.fraction_of_peak,
         k.dtype == DType::bf16 ? "bf16 dot" : "FMA", r.peak.gflops);
     if (r.kv_bytes > 0)
       fmt::print(

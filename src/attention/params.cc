@@ -42,6 +42,24 @@ void validate(const AttentionParams& p, bool backward) {
         "attention: q, k and v must have one dtype (q is {}, k {}, v {})", bf16 ? "bf16" : "f32",
         p.k.is_bf16() ? "bf16" : "f32", p.v.is_bf16() ? "bf16" : "f32");
   check(bf16 || !p.out.is_bf16(), "attention: a bf16 output needs bf16 inputs");
+  if (p.kv_layout == KvLayout::blocked && s.len_kv > 0) {
+    check(bf16, "attention: kv_layout blocked needs a bf16 cache (q, k and v bf16)");
+    check(s.head_dim % 32 == 0 && s.value_dim % 32 == 0 && s.head_dim > 0 && s.value_dim > 0,
+          "attention: kv_layout blocked needs head_dim and value_dim multiples of 32 (got {} and "
+          "{})",
+          s.head_dim, s.value_dim);
+    check(!backward,
+          "attention backward: kv_layout blocked is a decode cache; give k and v as rows");
+    // Each (batch, kv head) region holds the whole capacity (a stride of 0 shares one).
+    const int64_t rk = blocked_region_elements(s.len_kv, s.head_dim);
+    const int64_t rv = blocked_region_elements(s.len_kv, s.value_dim);
+    auto fits = [](int64_t stride, int64_t region) { return stride == 0 || stride >= region; };
+    check(fits(p.k.head_stride, rk) && fits(p.k.batch_stride, rk) && fits(p.v.head_stride, rv) &&
+              fits(p.v.batch_stride, rv),
+          "attention: kv_layout blocked needs k and v head and batch strides of 0 or at least "
+          "blocked_region_elements ({} for k, {} for v; k has {} and {}, v {} and {})",
+          rk, rv, p.k.head_stride, p.k.batch_stride, p.v.head_stride, p.v.batch_stride);
+  }
   if (backward) {
     for (const Operand* x : {&p.dout, &p.dq, &p.dk, &p.dv})
       check(bf16 || !x->is_bf16(), "attention backward: bf16 gradients need bf16 inputs");

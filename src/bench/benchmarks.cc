@@ -152,6 +152,10 @@ AttentionBenchConfig resolved(const AttentionBenchConfig& config) {
         dtype_name(c.dtype));
   check(c.dtype == DType::f32 || c.kernel != AttentionKernel::unfused,
         "dtype bf16: the fused and reference kernels only (the unfused path is fp32)");
+  check(c.kv_layout == attention::KvLayout::rows ||
+            (c.dtype == DType::bf16 && !c.backward && c.kernel != AttentionKernel::unfused &&
+             c.head_dim % 32 == 0),
+        "kv-layout blocked: a bf16 forward (fused or reference) with head-dim a multiple of 32");
   return c;
 }
 
@@ -166,9 +170,12 @@ struct AttentionBuffers {
     const int64_t B = c.batch, H = c.heads, G = c.kv_heads, L = c.seq, S = c.seq_kv, D = c.head_dim;
     checked_numel({B, H, L, D}, "query");
     checked_numel({B, G, S, D}, "key");
+    const bool blocked = c.kv_layout == attention::KvLayout::blocked;
+    // A blocked cache: one region of whole chunks per (batch, kv head), filled from rows below.
+    const int64_t region = blocked ? attention::blocked_region_elements(S, D) : S * D;
     q = Tensor(c.dtype, {B, H, L, D});
-    k = Tensor(c.dtype, {B, G, S, D});
-    v = Tensor(c.dtype, {B, G, S, D});
+    k = Tensor(c.dtype, {B, G, region / D, D});
+    v = Tensor(c.dtype, {B, G, region / D, D});
     out = Tensor(c.dtype, {B, H, L, D});
     lse = Tensor::zeros({B, H, L});
     Generator g(3);
@@ -180,6 +187,13 @@ struct AttentionBuffers {
       std::vector<float> x(static_cast<size_t>(t->numel()));
       g.fill_uniform(x.data(), t->numel(), -1, 1);
       to_bf16(x.data(), t->data<bf16>(), x.size());
+      if (blocked && (t == &k || t == &v)) {  // the same values, each key moved to its place
+        std::vector<bf16> rows(t->data<bf16>(), t->data<bf16>() + t->numel());
+        const auto side = t == &k ? attention::KvSide::keys : attention::KvSide::values;
+        for (int64_t bg = 0; bg < B * G; ++bg)
+          attention::write_blocked_rows(side, rows.data() + bg * region, D, 0, S, D,
+                                        t->data<bf16>() + bg * region);
+      }
     }
     p.shape = {.batch = B,
                .heads = H,
@@ -190,8 +204,9 @@ struct AttentionBuffers {
                .value_dim = D};
     p.options.causal = c.causal;
     p.q = operand(q, H * L * D, L * D, D);
-    p.k = operand(k, G * S * D, S * D, D);
-    p.v = operand(v, G * S * D, S * D, D);
+    p.k = operand(k, G * region, region, D);
+    p.v = operand(v, G * region, region, D);
+    p.kv_layout = c.kv_layout;
     p.out = operand(out, H * L * D, L * D, D);
     p.lse = lse.data();
     if (c.backward) {  // gradients in the inputs' dtype, as PyTorch gives them

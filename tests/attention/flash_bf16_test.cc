@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "attention_test_util.h"
+#include "bf16_problem.h"
 #include "headlight/attention/cpu/flash_backward.h"
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/dispatch.h"
@@ -30,7 +31,9 @@
 namespace headlight::attention {
 namespace {
 
+using testing::Bf16Problem;
 using testing::CaseData;
+using testing::for_each_path;
 using testing::max_diff;
 using testing::option_cases;
 using testing::OptionCase;
@@ -38,46 +41,6 @@ using testing::Problem;
 
 constexpr double kOutTol = 2.5e-3;
 constexpr double kRowTol = 1e-5;
-
-// A random problem whose q, k, v are bf16 (the fp32 problem's values rounded), with an fp32 output
-// and, beside it, a bf16 one.
-struct Bf16Problem {
-  Problem f;  // f.q/k/v hold the bf16 values widened; f.out is the fp32 output
-  std::vector<bf16> q, k, v, out;
-
-  Bf16Problem(const AttentionShape& s, uint64_t seed) : f(s, seed) {
-    auto round = [](std::vector<float>& x, std::vector<bf16>& y) {
-      y.resize(x.size());
-      for (size_t i = 0; i < x.size(); ++i) {
-        y[i] = to_bf16(x[i]);
-        x[i] = to_float(y[i]);
-      }
-    };
-    round(f.q, q);
-    round(f.k, k);
-    round(f.v, v);
-    out.assign(f.out.size(), bf16{});
-  }
-
-  static Operand operand(std::vector<bf16>& x, int64_t heads, int64_t rows, int64_t dim) {
-    return Operand{.batch_stride = heads * rows * dim,
-                   .head_stride = rows * dim,
-                   .row_stride = dim,
-                   .bf16 = x.data()};
-  }
-
-  // bf16 inputs; the output fp32 (f.out) or bf16 (out).
-  AttentionParams params(const AttentionOptions& o, bool bf16_out) {
-    const AttentionShape& s = f.shape;
-    AttentionParams p = f.params(o);
-    p.probs = nullptr;
-    p.q = operand(q, s.heads, s.len_q, s.head_dim);
-    p.k = operand(k, s.kv_heads, s.len_kv, s.head_dim);
-    p.v = operand(v, s.kv_heads, s.len_kv, s.value_dim);
-    if (bf16_out) p.out = operand(out, s.heads, s.len_q, s.value_dim);
-    return p;
-  }
-};
 
 std::vector<float> widen(const std::vector<bf16>& x) {
   std::vector<float> y(x.size());
@@ -90,17 +53,6 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double scale = 1.0;
   for (float x : b) scale = std::max(scale, double(std::fabs(x)));
   return max_diff(a, b) / scale;
-}
-
-// Runs fn on the native bf16 path (when this CPU has it) and on the portable path of each target.
-template <typename Fn>
-void for_each_path(Fn&& fn) {
-  for (const char* isa : {"best", "avx3_bf16", "avx3", "avx2", "scalar"}) {
-    force_isa(isa);
-    SCOPED_TRACE(::testing::Message() << "isa " << isa << " -> " << cpu::flash_target());
-    fn();
-  }
-  force_isa("best");
 }
 
 TEST(FlashBf16, LongKeysTakeLargerRowBlocks) {
@@ -211,7 +163,10 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
   // pieces and tiles (decode_split_blocks, plan.tile_keys) over 2,600 keys: 16 heads over 8, one
   // row (pieces of 5 key blocks read as tiles of 1,024 and 256 keys, a last piece of 40 keys), and
   // 2 × 16 heads over 4 with 4 rows (16 rows a group: the same tiles). Options: each alone, then
-  // all together.
+  // all together. Where D and Dv are multiples of 32 the cache is also given blocked
+  // (kv_layout.h, its entries past the last key NaN): read in place by the blocked loops for
+  // decode on vdpbf16ps (1 to 8 rows a key/value head, Dv = 96 in slabs of 32), through a row copy
+  // on every other path and shape.
   const float inf = std::numeric_limits<float>::infinity();
   struct Opt {
     const char* name;
@@ -272,27 +227,32 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
       if (opt.additive)
         o.mask = {.kind = MaskKind::additive, .data = bias.data(), .row_stride = shape.len_kv};
       Bf16Problem ref(shape, 61), fused(shape, 61);
-      AttentionParams pr = ref.params(o, false), pf = fused.params(o, false);
+      AttentionParams pr = ref.params(o, false);
       const size_t n = ref.f.lse.size();
       std::vector<float> ent(n), ent_ref(n), mw(n), mw_ref(n);
       std::vector<int64_t> am(n), am_ref(n);
-      if (opt.stats) {
+      if (opt.stats)
         pr.entropy = ent_ref.data(), pr.max_weight = mw_ref.data(), pr.argmax = am_ref.data();
-        pf.entropy = ent.data(), pf.max_weight = mw.data(), pf.argmax = am.data();
-      }
       reference::forward(pr);
-      for_each_path([&] {
-        cpu::flash_forward(ctx, pf);
-        EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
-        EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), kRowTol);
-        if (opt.stats) {
-          EXPECT_LE(max_diff(ent, ent_ref), 1e-4);
-          EXPECT_LE(max_diff(mw, mw_ref), kRowTol);
-          int ties = 0;  // argmax may differ only where two keys' weights are within rounding
-          for (size_t i = 0; i < n; ++i) ties += am[i] != am_ref[i];
-          EXPECT_LE(ties, 1);
-        }
-      });
+      const bool blockable = shape.head_dim % 32 == 0 && shape.value_dim % 32 == 0;
+      for (const bool blocked : {false, true}) {
+        if (blocked && !blockable) continue;
+        SCOPED_TRACE(blocked ? "blocked cache" : "rows");
+        AttentionParams pf = fused.params(o, false, blocked);
+        if (opt.stats) pf.entropy = ent.data(), pf.max_weight = mw.data(), pf.argmax = am.data();
+        for_each_path([&] {
+          cpu::flash_forward(ctx, pf);
+          EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+          EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), kRowTol);
+          if (opt.stats) {
+            EXPECT_LE(max_diff(ent, ent_ref), 1e-4);
+            EXPECT_LE(max_diff(mw, mw_ref), kRowTol);
+            int ties = 0;  // argmax may differ only where two keys' weights are within rounding
+            for (size_t i = 0; i < n; ++i) ties += am[i] != am_ref[i];
+            EXPECT_LE(ties, 1);
+          }
+        });
+      }
     }
 }
 

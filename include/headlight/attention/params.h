@@ -24,7 +24,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
+#include "headlight/attention/kv_layout.h"
 #include "headlight/core/bf16.h"
 
 namespace headlight::attention {
@@ -122,6 +124,8 @@ struct AttentionParams {
   Operand q;  // [batch, heads, len_q, head_dim]
   Operand k;  // [batch, kv_heads, len_kv, head_dim]
   Operand v;  // [batch, kv_heads, len_kv, value_dim]
+  // How k and v lie: rows (above), or bf16 blocked for decode (kv_layout.h).
+  KvLayout kv_layout = KvLayout::rows;
   // Forward outputs.
   Operand out;             // [batch, heads, len_q, value_dim], float32 or (bf16 inputs) bfloat16
   float* lse = nullptr;    // [batch, heads, len_q] contiguous, optional
@@ -143,7 +147,13 @@ float effective_scale(const AttentionParams& p);
 
 // Throws headlight::Error, naming the field, when the shape or options are inconsistent (head
 // counts not dividing, negative sizes, non-finite scale or softcap, dropout outside [0, 1), missing
-// pointers).
+// pointers, a blocked cache that is not bf16, has head dims not multiples of 32, or is given to a
+// backward).
 void validate(const AttentionParams& p, bool backward);
+
+// p with a blocked cache (kv_layout.h) copied out into rows held by k and v (p itself, with rows,
+// when it has rows already): how the calls that do not read the blocked layout take one.
+AttentionParams with_row_cache(const AttentionParams& p, std::vector<headlight::bf16>& k,
+                               std::vector<headlight::bf16>& v);
 
 }  // namespace headlight::attention

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "headlight/attention/kv_layout.h"
 #include "headlight/core/tensor.h"
 #include "headlight/core/timing.h"
 
@@ -60,6 +61,8 @@ struct AttentionBenchConfig {
   bool causal = false;
   bool backward = false;
   int64_t probs_heads = 0;  // after the forward, recompute the probabilities of this many heads
+  // How K and V lie (bf16 forward only): rows, or blocked for decode (attention/kv_layout.h).
+  attention::KvLayout kv_layout = attention::KvLayout::rows;
   int threads = 2;
   AttentionKernel kernel = AttentionKernel::fused;
   int warmup = 1;

@@ -94,6 +94,17 @@ void decode_scores_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32
 // null.
 void decode_pv_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t cols, const bf16* v,
                     size_t ldv, size_t width, float* o, size_t ldo, const float* alpha);
+// Decode's scores from a blocked key region k (attention/kv_layout.h): s[r, c] = scale · q[r] ·
+// k[j0 + c] for r < rows and c < cols rounded up to 16 (the lanes past cols are the group's other
+// keys, to be masked), q as pair words (leading dim ldq words), pairs = D / 2 a multiple of 16;
+// j0 a multiple of 16.
+void blocked_scores_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k,
+                         size_t pairs, size_t j0, size_t cols, float scale, float* s, size_t lds);
+// Decode's P·V from a blocked value region v: o[rows, width] = α ⊙ o + P · V[j0, j0 + cols), P as
+// pair words [rows, ldp words] from column 0 = key j0 (a word past the last key holds 0 in its
+// upper half); width a multiple of 32; j0 a multiple of 256. α = 1 when null.
+void blocked_pv_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t j0, size_t cols,
+                     const uint32_t* v, size_t width, float* o, size_t ldo, const float* alpha);
 }  // namespace native
 
 // The AMX tiles (flash_bf16_amx.cc): rows a multiple of 16, pairs a multiple of 16 (32 elements

@@ -32,19 +32,7 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
-// GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
-// operand, which -W(maybe-)uninitialized reports wherever they are inlined: silenced for this file.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-
-#define HEADLIGHT_BF16_TARGET \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")))
-// Put before every loop over a register tile's rows or vectors: a loop left rolled indexes the
-// accumulator array, which then lives on the stack. GCC 12 kept such loops' accumulators in
-// registers inside the reduction loop, but stored them to the stack at every call's start and end
-// and read them back: unrolled, the vdpbf16ps forward ran 6% faster (N = 512 causal and N = 2048,
-// D = 64, on Zen 4). The Highway tiles of flash_kernels-inl.h were unrolled already.
-#define HEADLIGHT_UNROLL _Pragma("GCC unroll 16")
+#include "src/attention/cpu/bf16_target.h"
 
 namespace headlight::attention::cpu::kernels::native {
 namespace {

@@ -98,7 +98,13 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
     // The widening loops prefetch the tile's value rows into L2 for P·V when the rows are short
     // (kernels::RowsAhead; flash_dot-inl.h).
-    if (native)
+    if (plan.blocked)
+      kernels::native::blocked_scores_bf16(
+          reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
+          static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, 0)),
+          static_cast<size_t>(D / 2), static_cast<size_t>(j0), static_cast<size_t>(cols),
+          effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad));
+    else if (native)
       kernels::native::decode_scores_bf16(
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
           static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, j0)),
@@ -137,10 +143,18 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
         kernels::native::round_tile_bf16(w.s, static_cast<size_t>(plan.bc_pad),
                                          static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
                                          w.pb, static_cast<size_t>(plan.bc_pad));
-      kernels::native::decode_pv_bf16(
-          reinterpret_cast<const uint32_t*>(w.pb), static_cast<size_t>(plan.bc_pad / 2),
-          static_cast<size_t>(gr), static_cast<size_t>(cols), p.v.bf16_at(b, g, j0),
-          static_cast<size_t>(p.v.row_stride), dv, w.o, static_cast<size_t>(plan.dv_pad), w.alpha);
+      if (plan.blocked)
+        kernels::native::blocked_pv_bf16(
+            reinterpret_cast<const uint32_t*>(w.pb), static_cast<size_t>(plan.bc_pad / 2),
+            static_cast<size_t>(gr), static_cast<size_t>(j0), static_cast<size_t>(cols),
+            reinterpret_cast<const uint32_t*>(p.v.bf16_at(b, g, 0)), dv, w.o,
+            static_cast<size_t>(plan.dv_pad), w.alpha);
+      else
+        kernels::native::decode_pv_bf16(reinterpret_cast<const uint32_t*>(w.pb),
+                                        static_cast<size_t>(plan.bc_pad / 2),
+                                        static_cast<size_t>(gr), static_cast<size_t>(cols),
+                                        p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride),
+                                        dv, w.o, static_cast<size_t>(plan.dv_pad), w.alpha);
     } else if (plan.bf16)
       kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, p.v.bf16_at(b, g, j0), p.v.row_stride,
                                 plan.dv_pad, w.o, plan.dv_pad, w.alpha);
@@ -472,6 +486,12 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   if (sh.batch == 0 || sh.heads == 0 || sh.len_q == 0) return;
   const Plan plan = make_plan(p);
+  if (p.kv_layout == KvLayout::blocked && !plan.blocked) {
+    // A blocked cache off decode's vdpbf16ps loops (more rows, another CPU): read as rows.
+    std::vector<bf16> k, v;
+    flash_forward(ctx, with_row_cache(p, k, v));
+    return;
+  }
   if (is_decode(p, plan)) {
     // Decode reads each key once: in place when the value rows are whole vectors wide (the
     // tiles then need no padding; bf16 rows widened as they are loaded, for few rows per
@@ -538,6 +558,11 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
     return;
   }
   check(p.lse != nullptr, "probabilities: the log-sum-exp saved by a forward (lse) is required");
+  if (p.kv_layout == KvLayout::blocked) {  // the tiles read rows
+    std::vector<bf16> k, v;
+    probabilities(ctx, with_row_cache(p, k, v), request, out);
+    return;
+  }
   const Plan plan = make_plan(p);
   const float* packed = pack_keys(ctx, p, plan);
   const int64_t row_blocks = (nrows + plan.br - 1) / plan.br;

@@ -384,7 +384,10 @@ Plan make_plan(const AttentionParams& p) {
   plan.dv_pad = round_up(std::max<int64_t>(sh.value_dim, 1), plan.lanes);
   plan.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
   plan.in_place_bf16 = plan.bf16 && decode_in_place(p, plan);  // (in place implies decode)
-  plan.native_decode = plan.in_place_bf16 && plan.group * sh.len_q >= 2 && decode_native_bf16(p);
+  const bool blocked = p.kv_layout == KvLayout::blocked;
+  plan.native_decode =
+      plan.in_place_bf16 && (plan.group * sh.len_q >= 2 || blocked) && decode_native_bf16(p);
+  plan.blocked = blocked && plan.native_decode;
   plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.native_softmax =
       plan.bf16 && !plan.in_place_bf16 && plan.lanes == 16 && (plan.amx || kernels::bf16_native());

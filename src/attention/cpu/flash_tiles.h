@@ -103,8 +103,11 @@ struct Plan {
   // where they lie, by the vdpbf16ps loops (native_decode) or by the fp32 decode loops, each
   // element widened as it is loaded (half the bytes of fp32).
   bool in_place_bf16 = false;
-  // in_place_bf16 on vdpbf16ps: decode_native_bf16, and two or more rows per key/value head.
+  // in_place_bf16 on vdpbf16ps: decode_native_bf16, and two or more rows per key/value head or
+  // a blocked cache.
   bool native_decode = false;
+  // A blocked cache (attention/kv_layout.h) read in place: native_decode then holds.
+  bool blocked = false;
   bool amx = false;  // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
   // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
   bool native_softmax = false;

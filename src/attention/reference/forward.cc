@@ -8,6 +8,7 @@
 // Cost O(B·H·L_q·L_kv·(D + D_v)) with no tiling; memory O(L_kv) per row.
 
 #include <cmath>
+#include <vector>
 
 #include "headlight/attention/reference.h"
 #include "src/attention/reference/row_scores.h"
@@ -16,6 +17,11 @@ namespace headlight::attention::reference {
 
 void forward(const AttentionParams& p) {
   validate(p, /*backward=*/false);
+  if (p.kv_layout == KvLayout::blocked) {  // the specification reads rows
+    std::vector<bf16> k, v;
+    forward(with_row_cache(p, k, v));
+    return;
+  }
   const AttentionShape& sh = p.shape;
   const int64_t group = sh.kv_heads > 0 ? sh.heads / sh.kv_heads : 1;
   RowScores row;
