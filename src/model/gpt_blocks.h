@@ -86,7 +86,9 @@ void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionP
 
 // Appends the d.T rows' keys and values (in qkv; one sequence at positions pos0…) to one layer's
 // cache [G, capacity, hd] (float32, or rounded to bf16; grown as needed, up to block_size
-// positions) and points p's k and v at the whole cache (bottom-right aligned).
+// positions) and points p's k and v at the whole cache (bottom-right aligned). A bf16 cache with
+// hd a multiple of 32 is kept in the blocked layout instead (attention/kv_layout.h: G regions of
+// capacity positions, capacity whole chunks of 256), which decode reads in place.
 template <class T>
 void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, BasicBuffer<T>& k,
                BasicBuffer<T>& v, attention::AttentionParams& p);

@@ -94,7 +94,8 @@ struct GPT::State {
   std::vector<float> alibi;  // [n_head]
   // KV cache: per layer [n_kv_head, capacity, hd] keys and values (after RoPE; capacity positions
   // per head, doubling as the cache grows: detail::use_cache); in bf16 when the products are
-  // (set_dtype), else float32.
+  // (set_dtype), then blocked for decode when hd is a multiple of 32 (attention/kv_layout.h),
+  // else float32.
   std::vector<Buffer> cache_k, cache_v;
   std::vector<BasicBuffer<bf16>> cache_k16, cache_v16;
   int64_t cache_len = 0;
