@@ -407,6 +407,41 @@ TEST(GPT, Bf16DecodingKeepsTheKVCacheInBf16) {
   EXPECT_EQ(m.cache_length(), 0);
 }
 
+TEST(GPT, Bf16DecodingFromTheBlockedCacheFollowsTheFullForward) {
+  // With a head dim that is a multiple of 32 the bf16 cache lies in decode's blocked layout
+  // (attention/kv_layout.h): a prefill of 250 tokens (read through a row copy), then one token at
+  // a time past the first chunk of 256 positions, where the cache grows from 256 to 512 and each
+  // head's region is copied; every step's logits are the full forward's last row up to bf16
+  // rounding of the attention's inputs and the summation order.
+  GPTConfig c = small_config();
+  c.block_size = 600;
+  c.n_embd = 128;  // 4 heads of 32 over 2 key/value heads
+  GPT m(c, 12);
+  m.set_dtype(DType::bf16);
+  ThreadContext ctx(2);
+  const auto t = tokens_for(270, c.vocab_size, 13);
+  ForwardOptions o;
+  o.inference = true;
+  std::vector<std::vector<float>> want;
+  for (int64_t n = 250; n <= 270; ++n) {
+    const float* full = m.forward(ctx, t.data(), 1, n, o);
+    want.emplace_back(full + (n - 1) * c.vocab_size, full + n * c.vocab_size);
+  }
+  m.reset_cache();
+  const float* dec = m.decode(ctx, t.data(), 250);
+  for (int64_t n = 250; n <= 270; ++n) {
+    if (n > 250) dec = m.decode(ctx, t.data() + n - 1, 1);
+    const std::vector<float>& w = want[static_cast<size_t>(n - 250)];
+    double size = 0, diff = 0;
+    for (int64_t v = 0; v < c.vocab_size; ++v) {
+      size = std::max(size, double(std::fabs(w[v])));
+      diff = std::max(diff, double(std::fabs(dec[v] - w[v])));
+    }
+    EXPECT_LE(diff, 1e-2 * size) << "position " << n;
+  }
+  EXPECT_EQ(m.cache_length(), 270);
+}
+
 TEST(GPT, SkippingTheGatesGradientsLeavesEveryOtherGradientBitForBit) {
   // Training does not read the gates' gradients (ForwardOptions::gate_grads = false): they stay 0,
   // and every weight gradient is what the full backward gives — also with a gate that is not 1.
