@@ -225,46 +225,22 @@ attention::Operand cache_operand(bf16* data, const Dims& d, int64_t capacity) {
   return {.batch_stride = 0, .head_stride = capacity * d.hd, .row_stride = d.hd, .bf16 = data};
 }
 
-}  // namespace
-
-namespace {
-
-// The bf16 cache in the blocked layout (attention/kv_layout.h), which decode reads without
-// rearranging: [G] regions of blocked_capacity positions, a key's place independent of the
-// capacity, so growing copies each head's region as it is. The new rows are rounded to bf16 and
-// put in place one by one.
-void use_blocked_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv,
-                       BasicBuffer<bf16>& k, BasicBuffer<bf16>& v, attention::AttentionParams& p) {
-  const int64_t hd = d.hd, G = d.G, need = pos0 + d.T;
-  int64_t capacity = G * hd > 0 ? k.data.numel() / (G * hd) : 0;
-  if (capacity < need) {
-    const int64_t grown =
-        attention::blocked_capacity(std::max(need, std::min(c.block_size, 2 * capacity)));
-    for (BasicBuffer<bf16>* buf : {&k, &v}) {
-      Tensor fresh(DType::bf16, {G * grown * hd});
-      for (int64_t g = 0; g < G && pos0 > 0; ++g)
-        std::memcpy(fresh.data<bf16>() + g * grown * hd, buf->ptr() + g * capacity * hd,
-                    sizeof(bf16) * static_cast<size_t>(capacity * hd));
-      buf->data = std::move(fresh);
-    }
-    capacity = grown;
-  }
+// The d.T rows' keys and values rounded to bf16 and put in their places of a blocked cache
+// (attention/kv_layout.h): each head a region of `capacity` positions.
+void append_blocked(const float* qkv, const Dims& d, int64_t pos0, int64_t capacity, bf16* k,
+                    bf16* v) {
+  const int64_t hd = d.hd;
   std::vector<bf16> row(static_cast<size_t>(hd));
-  for (int64_t g = 0; g < G; ++g)
+  for (int64_t g = 0; g < d.G; ++g)
     for (int64_t t = 0; t < d.T; ++t) {
       const float* src = qkv + t * d.W;
       to_bf16(src + (d.H + g) * hd, row.data(), row.size());
       attention::write_blocked_rows(attention::KvSide::keys, row.data(), hd, pos0 + t, 1, hd,
-                                    k.ptr() + g * capacity * hd);
-      to_bf16(src + (d.H + G + g) * hd, row.data(), row.size());
+                                    k + g * capacity * hd);
+      to_bf16(src + (d.H + d.G + g) * hd, row.data(), row.size());
       attention::write_blocked_rows(attention::KvSide::values, row.data(), hd, pos0 + t, 1, hd,
-                                    v.ptr() + g * capacity * hd);
+                                    v + g * capacity * hd);
     }
-  p.shape.len_kv = need;
-  p.options.alignment = attention::Alignment::bottom_right;
-  p.kv_layout = attention::KvLayout::blocked;
-  p.k = {.batch_stride = 0, .head_stride = capacity * hd, .row_stride = hd, .bf16 = k.ptr()};
-  p.v = {.batch_stride = 0, .head_stride = capacity * hd, .row_stride = hd, .bf16 = v.ptr()};
 }
 
 }  // namespace
@@ -272,32 +248,41 @@ void use_blocked_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const fl
 template <class T>
 void use_cache(const GPTConfig& c, const Dims& d, int64_t pos0, const float* qkv, BasicBuffer<T>& k,
                BasicBuffer<T>& v, attention::AttentionParams& p) {
-  if constexpr (std::is_same_v<T, bf16>)
-    if (d.hd % 32 == 0) return use_blocked_cache(c, d, pos0, qkv, k, v, p);
   // Head-major [G, capacity, hd]: each key/value head's positions are contiguous, as decode
   // streams them (a position-major cache, rows G·hd apart, was read 23–48% slower: bf16, 4,096
   // positions, 32 heads over 8 at hd = 128 0.67 → 0.99 ms, 9 over 3 at hd = 64 0.135 → 0.188).
-  // The capacity doubles (up to block_size positions); each head's rows move then.
+  // A bf16 cache with hd a multiple of 32 lies blocked within each head's region instead
+  // (attention/kv_layout.h), which decode reads without rearranging; its capacity is whole chunks,
+  // and a key's place does not depend on the capacity. The capacity doubles (up to block_size
+  // positions); each head's rows (blocked: its whole region) move then.
+  constexpr bool bf16_cache = std::is_same_v<T, bf16>;
   const int64_t hd = d.hd, G = d.G, need = pos0 + d.T;
+  const bool blocked = bf16_cache && hd % 32 == 0;
   int64_t capacity = G * hd > 0 ? k.data.numel() / (G * hd) : 0;
   if (capacity < need) {
-    const int64_t grown = std::max(need, std::min(c.block_size, 2 * capacity));
-    const DType dtype = std::is_same_v<T, bf16> ? DType::bf16 : DType::f32;
+    int64_t grown = std::max(need, std::min(c.block_size, 2 * capacity));
+    if (blocked) grown = attention::blocked_capacity(grown);
+    const int64_t kept = blocked ? capacity : pos0;  // positions' worth of each head to move
+    const DType dtype = bf16_cache ? DType::bf16 : DType::f32;
     for (BasicBuffer<T>* buf : {&k, &v}) {
       Tensor fresh(dtype, {G * grown * hd});
       for (int64_t g = 0; g < G && pos0 > 0; ++g)
         std::memcpy(fresh.data<T>() + g * grown * hd, buf->ptr() + g * capacity * hd,
-                    sizeof(T) * static_cast<size_t>(pos0 * hd));
+                    sizeof(T) * static_cast<size_t>(kept * hd));
       buf->data = std::move(fresh);
     }
     capacity = grown;
   }
-  for (int64_t g = 0; g < G; ++g) {
-    append_rows(qkv + (d.H + g) * hd, d.W, d.T, hd, k.ptr() + (g * capacity + pos0) * hd);
-    append_rows(qkv + (d.H + G + g) * hd, d.W, d.T, hd, v.ptr() + (g * capacity + pos0) * hd);
-  }
+  if constexpr (bf16_cache)
+    if (blocked) append_blocked(qkv, d, pos0, capacity, k.ptr(), v.ptr());
+  if (!blocked)
+    for (int64_t g = 0; g < G; ++g) {
+      append_rows(qkv + (d.H + g) * hd, d.W, d.T, hd, k.ptr() + (g * capacity + pos0) * hd);
+      append_rows(qkv + (d.H + G + g) * hd, d.W, d.T, hd, v.ptr() + (g * capacity + pos0) * hd);
+    }
   p.shape.len_kv = need;
   p.options.alignment = attention::Alignment::bottom_right;
+  p.kv_layout = blocked ? attention::KvLayout::blocked : attention::KvLayout::rows;
   p.k = cache_operand(k.ptr(), d, capacity);
   p.v = cache_operand(v.ptr(), d, capacity);
 }
