@@ -6,6 +6,9 @@
 #if defined(__x86_64__) || defined(_M_X64)
 #include <immintrin.h>
 
+#include <cstddef>
+#include <utility>
+
 // GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
 // operand, which -W(maybe-)uninitialized reports wherever they are inlined: silenced for the files
 // that include this.
@@ -20,4 +23,21 @@
 // and read them back: unrolled, the vdpbf16ps forward ran 6% faster (N = 512 causal and N = 2048,
 // D = 64, on Zen 4). The Highway tiles of flash_kernels-inl.h were unrolled already.
 #define HEADLIGHT_UNROLL _Pragma("GCC unroll 16")
+
+namespace headlight::attention::cpu::kernels::native {
+
+// Rows<R>::run(r0, args...) for each block of kBlock rows from r0, then once for the remaining
+// R < kBlock rows (a class template, as a lambda cannot carry the target attribute): register
+// tiles of a fixed number of rows over any number.
+template <size_t kBlock, template <size_t> class Rows, class... A>
+HEADLIGHT_BF16_TARGET inline void ForRowBlocks(size_t rows, A... args) {
+  size_t r = 0;
+  for (; r + kBlock <= rows; r += kBlock) Rows<kBlock>::run(r, args...);
+  [&]<size_t... R>(std::index_sequence<R...>) HEADLIGHT_BF16_TARGET {
+    ((rows - r == R + 1 ? Rows<R + 1>::run(r, args...) : void()), ...);
+  }
+  (std::make_index_sequence<kBlock - 1>{});
+}
+
+}  // namespace headlight::attention::cpu::kernels::native
 #endif

@@ -106,29 +106,26 @@ HEADLIGHT_BF16_TARGET inline void BlockedPvRows(const uint32_t* p, size_t ldp, s
   }
 }
 
-template <size_t NS>
-HEADLIGHT_BF16_TARGET inline void BlockedPvSlabs(const uint32_t* p, size_t ldp, size_t rows,
-                                                 size_t j0, size_t cols, const uint32_t* v,
-                                                 size_t slabs, float* o, size_t ldo) {
-  for (size_t r0 = 0; r0 < rows; r0 += 4) {  // later row blocks read the tile's values from L2
-    const uint32_t* pr = p + r0 * ldp;
-    float* orow = o + r0 * ldo;
-    switch (std::min<size_t>(4, rows - r0)) {
-      case 1:
-        BlockedPvRows<1, NS>(pr, ldp, j0, cols, v, slabs, orow, ldo);
-        break;
-      case 2:
-        BlockedPvRows<2, NS>(pr, ldp, j0, cols, v, slabs, orow, ldo);
-        break;
-      case 3:
-        BlockedPvRows<3, NS>(pr, ldp, j0, cols, v, slabs, orow, ldo);
-        break;
-      default:
-        BlockedPvRows<4, NS>(pr, ldp, j0, cols, v, slabs, orow, ldo);
-        break;
-    }
+template <size_t R>
+struct ScoresBlock {
+  HEADLIGHT_BF16_TARGET static void run(size_t r, const uint32_t* q, size_t ldq,
+                                        const uint32_t* groups_at, size_t pairs, size_t groups,
+                                        float scale, float* s, size_t lds) {
+    BlockedScoresRows<R>(q + r * ldq, ldq, groups_at, pairs, groups, scale, s + r * lds, lds);
   }
-}
+};
+
+template <size_t NS>
+struct PvBlock {
+  template <size_t R>
+  struct Rows {
+    HEADLIGHT_BF16_TARGET static void run(size_t r, const uint32_t* p, size_t ldp, size_t j0,
+                                          size_t cols, const uint32_t* v, size_t slabs, float* o,
+                                          size_t ldo) {
+      BlockedPvRows<R, NS>(p + r * ldp, ldp, j0, cols, v, slabs, o + r * ldo, ldo);
+    }
+  };
+};
 
 }  // namespace
 
@@ -137,24 +134,8 @@ HEADLIGHT_BF16_TARGET void blocked_scores_bf16(const uint32_t* q, size_t ldq, si
                                                size_t cols, float scale, float* s, size_t lds) {
   const uint32_t* groups_at = k + (j0 / 16) * pairs * 16;
   const size_t groups = (cols + 15) / 16;
-  for (size_t r0 = 0; r0 < rows; r0 += 4) {  // later row blocks read the tile's keys from L2
-    const uint32_t* qr = q + r0 * ldq;
-    float* sr = s + r0 * lds;
-    switch (std::min<size_t>(4, rows - r0)) {
-      case 1:
-        BlockedScoresRows<1>(qr, ldq, groups_at, pairs, groups, scale, sr, lds);
-        break;
-      case 2:
-        BlockedScoresRows<2>(qr, ldq, groups_at, pairs, groups, scale, sr, lds);
-        break;
-      case 3:
-        BlockedScoresRows<3>(qr, ldq, groups_at, pairs, groups, scale, sr, lds);
-        break;
-      default:
-        BlockedScoresRows<4>(qr, ldq, groups_at, pairs, groups, scale, sr, lds);
-        break;
-    }
-  }
+  // Blocks of 4 rows; the later blocks read the tile's keys from L2.
+  ForRowBlocks<4, ScoresBlock>(rows, q, ldq, groups_at, pairs, groups, scale, s, lds);
 }
 
 HEADLIGHT_BF16_TARGET void blocked_pv_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t j0,
@@ -166,10 +147,11 @@ HEADLIGHT_BF16_TARGET void blocked_pv_bf16(const uint32_t* p, size_t ldp, size_t
       for (size_t x = 0; x < width; x += 16)
         _mm512_storeu_ps(o + r * ldo + x, _mm512_mul_ps(a, _mm512_loadu_ps(o + r * ldo + x)));
     }
+  // Blocks of 4 rows; the later blocks read the tile's values from L2.
   if (width % 64 == 0)
-    BlockedPvSlabs<4>(p, ldp, rows, j0, cols, v, width / 64, o, ldo);
+    ForRowBlocks<4, PvBlock<4>::Rows>(rows, p, ldp, j0, cols, v, width / 64, o, ldo);
   else
-    BlockedPvSlabs<2>(p, ldp, rows, j0, cols, v, width / 32, o, ldo);
+    ForRowBlocks<4, PvBlock<2>::Rows>(rows, p, ldp, j0, cols, v, width / 32, o, ldo);
 }
 
 }  // namespace headlight::attention::cpu::kernels::native

@@ -120,33 +120,6 @@ HEADLIGHT_BF16_TARGET inline void PvRows(const uint32_t* p, size_t ldp, size_t p
   for (; x < width; x += 16) PvMicro<R, 1>(p, ldp, pairs, v + x, ldv, o + x, ldo, alpha);
 }
 
-// Blocks of 6 rows, then the remainder: Rows<R>::run(r0, R) for each block (a class template, as
-// a lambda cannot carry the target attribute).
-template <template <size_t> class Rows, class... A>
-HEADLIGHT_BF16_TARGET inline void ForRowBlocks(size_t rows, A... args) {
-  size_t r = 0;
-  for (; r + 6 <= rows; r += 6) Rows<6>::run(r, args...);
-  switch (rows - r) {
-    case 5:
-      Rows<5>::run(r, args...);
-      break;
-    case 4:
-      Rows<4>::run(r, args...);
-      break;
-    case 3:
-      Rows<3>::run(r, args...);
-      break;
-    case 2:
-      Rows<2>::run(r, args...);
-      break;
-    case 1:
-      Rows<1>::run(r, args...);
-      break;
-    default:
-      break;
-  }
-}
-
 template <size_t R>
 struct QkBlock {
   HEADLIGHT_BF16_TARGET static void run(size_t r, const uint32_t* q, size_t ldq, const uint32_t* kt,
@@ -171,13 +144,13 @@ struct PvBlock {
 HEADLIGHT_BF16_TARGET void qk_tile_bf16(const uint32_t* q, size_t ldq, size_t rows,
                                         const uint32_t* kt, size_t ldk, size_t pairs, size_t cols,
                                         float scale, float* s, size_t lds) {
-  ForRowBlocks<QkBlock>(rows, q, ldq, kt, ldk, pairs, cols, scale, s, lds);
+  ForRowBlocks<6, QkBlock>(rows, q, ldq, kt, ldk, pairs, cols, scale, s, lds);
 }
 
 HEADLIGHT_BF16_TARGET void pv_tile_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t pairs,
                                         const uint32_t* v, size_t ldv, size_t width, float* o,
                                         size_t ldo, const float* alpha) {
-  ForRowBlocks<PvBlock>(rows, p, ldp, pairs, v, ldv, width, o, ldo, alpha);
+  ForRowBlocks<6, PvBlock>(rows, p, ldp, pairs, v, ldv, width, o, ldo, alpha);
 }
 
 HEADLIGHT_BF16_TARGET void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols,
