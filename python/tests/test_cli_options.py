@@ -61,3 +61,16 @@ def test_outputs_in_a_missing_folder_are_refused_and_nothing_is_written(tmp_path
                   tmp_path / "no" / "such" / "p.npy", "--threads", "1")
     assert str(tmp_path / "no" / "such" / "p.npy") in err, err
     assert os.listdir(tmp_path) == []  # not even the report
+
+
+@pytest.mark.parametrize("extra", [
+    [],  # float32: the blocked layout holds bf16 caches only
+    ["--dtype", "bf16", "--head-dim", "48"],  # not a multiple of 32
+    ["--dtype", "bf16", "--backward"],  # a cache is not trained
+    ["--dtype", "bf16", "--kv-layout", "columns"],  # no such layout
+])
+def test_a_blocked_cache_it_cannot_hold_is_refused_naming_the_option(extra):
+    args = ["bench", "attention", "--seq", "1", "--seq-kv", "64", "--heads", "2", "--runs", "1",
+            "--kv-layout", "blocked", *extra]
+    err = refused(*args)
+    assert "kv-layout" in err and "internal error" not in err, err
