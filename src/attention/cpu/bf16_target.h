@@ -7,6 +7,7 @@
 #include <immintrin.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <utility>
 
 // GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
@@ -25,6 +26,15 @@
 #define HEADLIGHT_UNROLL _Pragma("GCC unroll 16")
 
 namespace headlight::attention::cpu::kernels::native {
+
+// acc + Σ pairs of x · (the pair word *w broadcast to every lane): one vdpbf16ps whose third
+// operand is an embedded broadcast from memory ({1to16}), one instruction where
+// _mm512_set1_epi32 + _mm512_dpbf16_ps take two (GCC 12 does not fold the broadcast itself).
+// The products are the same as _mm512_dpbf16_ps(acc, set1(*w), x)'s.
+HEADLIGHT_BF16_TARGET inline __m512 DotBroadcast(__m512 acc, __m512bh x, const uint32_t* w) {
+  __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*w));
+  return acc;
+}
 
 // Rows<R>::run(r0, args...) for each block of kBlock rows from r0, then once for the remaining
 // R < kBlock rows (a class template, as a lambda cannot carry the target attribute): register

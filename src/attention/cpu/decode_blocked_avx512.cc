@@ -8,17 +8,25 @@
 //
 // Scores: s[r, c] = scale · Σ_p q[r, p] · k[c, p] over pair words. Per group of 16 keys and R ≤ 4
 // rows: for each pair p, the group's line of pair p is loaded once and each row's pair word is
-// broadcast against it (one vdpbf16ps: 16 keys × 2 products), into 4 accumulators a row taken in
-// turn (4 chains of pairs / 4 updates, far below the latency bound); the 4 are added and scaled,
-// and the 16 lanes are the 16 keys' scores: no horizontal sums. 4 vdpbf16ps a line, the least at
-// 4 rows, and the key lines read once, in address order.
+// broadcast against it (one vdpbf16ps: 16 keys × 2 products, the word broadcast from memory by
+// the instruction itself, DotBroadcast), into 4 accumulators a row taken in turn (4 chains of
+// pairs / 4 updates, far below the latency bound); the 4 are added and scaled, and the 16 lanes
+// are the 16 keys' scores: no horizontal sums. 4 vdpbf16ps a line, the least at 4 rows, and the
+// key lines read once, in address order.
 //
 // P·V: o[r, :] = α[r] · o[r, :] + Σ_c P[r, c] · v[c, :]. Per chunk and slab: R × w / 16
 // accumulators (16 at 4 rows and w = 64) loaded from o, then for each key pair one line per 16
-// outputs, each row's probability pair (one word of the rounded P) broadcast against it; stored
-// back. No interleaving of value rows (the cache holds them paired) and no second pass over the
-// values for more rows (4 rows fit the registers), so every value line is read once from memory,
-// in address order, by 4 vdpbf16ps.
+// outputs, each row's probability pair (one word of the rounded P) broadcast against it by the
+// vdpbf16ps itself; stored back. No interleaving of value rows (the cache holds them paired) and
+// no second pass over the values for more rows (4 rows fit the registers), so every value line is
+// read once from memory, in address order, by 4 vdpbf16ps.
+//
+// The broadcasts folded into the vdpbf16ps leave about one instruction a line beside the 4
+// products (5 a line where a separate vpbroadcastd per product had made 9 in the scores). With
+// the cache in L3 decode's arithmetic took 7% less time (32 heads over 8, D = 128, 4,096 keys,
+// Zen 4: 0.154–0.175 ms against 0.166–0.192); from memory, the fewer instructions let the
+// out-of-order window reach further ahead of a line that misses
+// (docs/notes/2026-12-06-decode-overlap.md).
 //
 // Keys past the tile (a last group's or pair's other lanes) may hold anything: their scores are
 // replaced by −inf (the masks' padding), and the value half paired with no key is cleared before
@@ -52,9 +60,7 @@ HEADLIGHT_BF16_TARGET inline void BlockedScoresRows(const uint32_t* q, size_t ld
       for (size_t u = 0; u < 4; ++u) {
         const __m512bh kv = (__m512bh)_mm512_loadu_si512(g + (p + u) * 16);
         HEADLIGHT_UNROLL
-        for (size_t r = 0; r < R; ++r)
-          acc[r][u] = _mm512_dpbf16_ps(
-              acc[r][u], (__m512bh)_mm512_set1_epi32(static_cast<int>(q[r * ldq + p + u])), kv);
+        for (size_t r = 0; r < R; ++r) acc[r][u] = DotBroadcast(acc[r][u], kv, q + r * ldq + p + u);
       }
     }
     HEADLIGHT_UNROLL
@@ -83,17 +89,13 @@ HEADLIGHT_BF16_TARGET inline void BlockedPvRows(const uint32_t* p, size_t ldp, s
       for (size_t r = 0; r < R; ++r) HEADLIGHT_UNROLL
       for (size_t x = 0; x < NS; ++x) acc[r][x] = _mm512_loadu_ps(os + r * ldo + x * 16);
       auto step = [&](size_t c2, bool lone) HEADLIGHT_BF16_TARGET {  // lone: no key after 2·c2
-        __m512bh pb[R];
-        HEADLIGHT_UNROLL
-        for (size_t r = 0; r < R; ++r)
-          pb[r] = (__m512bh)_mm512_set1_epi32(static_cast<int>(pw[r * ldp + c2]));
         HEADLIGHT_UNROLL
         for (size_t x = 0; x < NS; ++x) {
           __m512i line = _mm512_loadu_si512(vs + c2 * w + x * 16);
           if (lone) line = _mm512_and_si512(line, low_halves);
           HEADLIGHT_UNROLL
           for (size_t r = 0; r < R; ++r)
-            acc[r][x] = _mm512_dpbf16_ps(acc[r][x], pb[r], (__m512bh)line);
+            acc[r][x] = DotBroadcast(acc[r][x], (__m512bh)line, pw + r * ldp + c2);
         }
       };
       const size_t whole = keys / 2;
