@@ -51,6 +51,9 @@ constexpr int64_t kDecodeSplitBlocks = 2;
 // for kDecodeItems items where the keys allow it, so that several threads still share a call.
 constexpr int64_t kDecodeSplitBlocksMost = 8;
 constexpr int64_t kDecodeItems = 16;
+// With at least this many (batch, key/value head) pairs per thread, a decode item is a whole pair:
+// its pieces one after the other, then their merge (run_decode).
+constexpr int64_t kDecodePairsPerThread = 4;
 // Decode on vdpbf16ps (plan.native_decode) reads its keys and values in tiles of up to this many
 // keys (plan.tile_keys), as long as the group's scores of a tile stay within
 // kDecodeScoresBytes: the scores and P·V each stream longer (256 KB at D = 128) before the other
