@@ -287,7 +287,8 @@ void flash_backward(ThreadContext& ctx, const AttentionParams& p) {
 
   const size_t scratch = backward_scratch_floats(p, bp);
   ctx.parallel_items(sh.batch * sh.kv_heads * bp.chunks, [&](int64_t item, int worker) {
-    const int64_t c = item % bp.chunks, bg = item / bp.chunks;
+    // Last chunks first: with a causal mask they see the most keys, so the big items start early.
+    const int64_t c = bp.chunks - 1 - item % bp.chunks, bg = item / bp.chunks;
     ItemRange it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * bp.chunk_rows,
                  std::min(sh.len_q, (c + 1) * bp.chunk_rows)};
     const KeyGradRows out =
