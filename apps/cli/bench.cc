@@ -256,6 +256,8 @@ void add_bench_attention(CLI::App& bench) {
                   {"kv_gbytes_per_second", r.kv_gbytes_per_second},
                   {"bandwidth_gbytes_per_second", r.bandwidth_gbytes_per_second},
                   {"fraction_of_bandwidth", r.fraction_of_bandwidth},
+                  {"kv_read_gbytes_per_second", r.kv_read_gbytes_per_second},
+                  {"fraction_of_kv_read", r.fraction_of_kv_read},
                   {"kv_copies", r.kv_copies}});
       fmt::print("{}\n", j.dump(2));
       return;
@@ -272,9 +274,11 @@ void add_bench_attention(CLI::App& bench) {
       fmt::print(
           "  keys and values read at {:.1f} GB/s = {:.1f}% of the read bandwidth {:.1f} GB/s "
           "(median of passes interleaved with the runs; runs rotate over {} copies of K and V, "
-          "{:.0f} MiB, so each reads them from memory)\n",
+          "{:.0f} MiB, so each reads them from memory); {:.1f}% of the same streaming read over "
+          "those copies themselves, {:.1f} GB/s\n",
           r.kv_gbytes_per_second, 100 * r.fraction_of_bandwidth, r.bandwidth_gbytes_per_second,
-          r.kv_copies, r.kv_bytes * static_cast<double>(r.kv_copies) / (1 << 20));
+          r.kv_copies, r.kv_bytes * static_cast<double>(r.kv_copies) / (1 << 20),
+          100 * r.fraction_of_kv_read, r.kv_read_gbytes_per_second);
   });
 }
 

@@ -309,15 +309,26 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   r.target = c.kernel == AttentionKernel::fused     ? attention::cpu::flash_target()
              : c.kernel == AttentionKernel::unfused ? "oneDNN + softmax"
                                                     : "scalar reference";
-  // Decode: a read-bandwidth pass after each timed run; the fraction compares the medians. The
-  // probe's buffer is made before the resident set is sampled, so it is not counted as the
-  // kernel's memory.
+  // Decode: after each timed run a read-bandwidth pass over the probe's buffer, and the same
+  // streaming read over the K and V copies the runs read (the whole rotation); the fractions
+  // compare the medians. The probe's buffer is made before the resident set is sampled, so it is
+  // not counted as the kernel's memory.
   std::unique_ptr<ReadBandwidthProbe> probe;
-  std::vector<double> bandwidth;
+  std::vector<double> bandwidth, kv_read;
+  std::vector<float> sinks;
   std::function<void()> between;
   if (decode) {
     probe = std::make_unique<ReadBandwidthProbe>();
-    between = [&] { bandwidth.push_back(probe->pass(ctx)); };
+    const Tensor& ks = r.kv_copies > 1 ? k_pool : k;
+    const Tensor& vs = r.kv_copies > 1 ? v_pool : v;
+    const auto kb = static_cast<double>(ks.numel()) * double(dtype_size(c.dtype));
+    const auto vb = static_cast<double>(vs.numel()) * double(dtype_size(c.dtype));
+    between = [&, kb, vb] {
+      bandwidth.push_back(probe->pass(ctx));
+      const double tk = kb / read_pass(ctx, ks.data<std::byte>(), static_cast<size_t>(kb), sinks);
+      const double tv = vb / read_pass(ctx, vs.data<std::byte>(), static_cast<size_t>(vb), sinks);
+      kv_read.push_back((kb + vb) / (tk + tv));
+    };
   }
   reset_peak_resident();
   const double rss_start = resident_bytes("VmRSS");
@@ -334,6 +345,8 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
     r.kv_gbytes_per_second = r.kv_bytes / r.timing.median * 1e-9;
     r.bandwidth_gbytes_per_second = median_of(bandwidth);
     r.fraction_of_bandwidth = r.kv_gbytes_per_second / r.bandwidth_gbytes_per_second;
+    r.kv_read_gbytes_per_second = median_of(kv_read);
+    r.fraction_of_kv_read = r.kv_gbytes_per_second / r.kv_read_gbytes_per_second;
   }
   return r;
 }

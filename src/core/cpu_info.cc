@@ -190,17 +190,25 @@ PeakMeasurement measure_bf16_peak(ThreadContext& ctx, int repeats, double second
 ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes)
     : buffer_(std::max<size_t>(bytes / sizeof(float) / 1024, 1) * 1024, 1.0f) {}
 
-double ReadBandwidthProbe::pass(ThreadContext& ctx) {
+double read_pass(ThreadContext& ctx, const void* data, size_t bytes, std::vector<float>& sinks) {
   using Clock = std::chrono::steady_clock;
-  sinks_.resize(static_cast<size_t>(ctx.num_threads()), 0.0f);
-  const int64_t chunks = static_cast<int64_t>(buffer_.size() / 1024);
+  constexpr size_t kPiece = 1024;  // floats
+  if (sinks.size() < static_cast<size_t>(ctx.num_threads()))
+    sinks.resize(static_cast<size_t>(ctx.num_threads()), 0.0f);
+  const auto* x = static_cast<const float*>(data);
+  const auto pieces = static_cast<int64_t>(bytes / sizeof(float) / kPiece);
+  if (pieces == 0) return 0.0;
   const auto t0 = Clock::now();
-  ctx.parallel_for(chunks, [&](Range range, int worker) {
-    sinks_[static_cast<size_t>(worker)] += HWY_DYNAMIC_DISPATCH(StreamSumRun)(
-        buffer_.data() + range.begin * 1024, static_cast<size_t>(range.size()) * 1024);
+  ctx.parallel_for(pieces, [&](Range range, int worker) {
+    sinks[static_cast<size_t>(worker)] += HWY_DYNAMIC_DISPATCH(StreamSumRun)(
+        x + range.begin * kPiece, static_cast<size_t>(range.size()) * kPiece);
   });
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return static_cast<double>(bytes()) / s * 1e-9;
+  return static_cast<double>(pieces) * kPiece * sizeof(float) / s * 1e-9;
+}
+
+double ReadBandwidthProbe::pass(ThreadContext& ctx) {
+  return read_pass(ctx, buffer_.data(), bytes(), sinks_);
 }
 
 BandwidthMeasurement measure_read_bandwidth(ThreadContext& ctx, size_t bytes, int repeats) {

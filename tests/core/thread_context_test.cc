@@ -51,5 +51,25 @@ TEST(CpuInfo, ReportsATargetAndAPositivePeak) {
   EXPECT_GE(peak.lanes, 1);
 }
 
+TEST(ReadPass, ReadsEveryWholePieceOnEveryThreadAndNoTail) {
+  // 3 whole pieces of 1,024 floats and a tail of 100: the sums cover the pieces (each element
+  // 1, exact in float), the tail is not read; less than a piece reads nothing.
+  std::vector<float> x(3 * 1024 + 100, 1.0f);
+  for (size_t i = 3 * 1024; i < x.size(); ++i) x[i] = 1000.0f;  // would show in the sums
+  for (int threads : {1, 2}) {
+    ThreadContext ctx(threads);
+    std::vector<float> sinks;
+    EXPECT_GT(read_pass(ctx, x.data(), x.size() * sizeof(float), sinks), 0.0);
+    ASSERT_GE(sinks.size(), static_cast<size_t>(threads));
+    float total = 0;
+    for (float s : sinks) total += s;
+    EXPECT_EQ(total, 3 * 1024.0f) << threads;
+    EXPECT_EQ(read_pass(ctx, x.data(), 1023 * sizeof(float), sinks), 0.0);
+    total = 0;
+    for (float s : sinks) total += s;
+    EXPECT_EQ(total, 3 * 1024.0f) << threads;  // unchanged
+  }
+}
+
 }  // namespace
 }  // namespace headlight

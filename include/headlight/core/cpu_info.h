@@ -85,9 +85,15 @@ struct BandwidthMeasurement {
   int threads = 1;
 };
 
-// A buffer for repeated read-bandwidth passes: a streaming SIMD sum over `bytes` (much larger
-// than the caches), touched once when made. The decode benchmark interleaves its passes with the
-// timed runs so that both see the machine in the same state.
+// One read-bandwidth pass over memory the caller owns: a streaming SIMD sum of its bytes as
+// floats (whole 4 KB pieces; a tail shorter than that is not read), the pieces split among
+// ctx.num_threads() threads; the GB/s read. The sums go to `sinks` (one per thread, grown as
+// needed) so that the reads are kept.
+double read_pass(ThreadContext& ctx, const void* data, size_t bytes, std::vector<float>& sinks);
+
+// A buffer for repeated read-bandwidth passes (read_pass over `bytes`, much larger than the
+// caches), touched once when made. The decode benchmark interleaves its passes with the timed
+// runs so that both see the machine in the same state.
 class ReadBandwidthProbe {
  public:
   explicit ReadBandwidthProbe(size_t bytes = size_t{512} << 20);

@@ -1,0 +1,39 @@
+"""`headlight bench attention` on a decode shape: the key/value rate against both references it
+measures in the same run (the probe's own buffer, and the same streaming read over the very K and
+V copies the runs read), each fraction the rate over its reference."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
+
+
+@pytest.mark.parametrize("layout", ["rows", "blocked"])
+def test_decode_reports_its_rate_against_the_probe_and_its_own_copies(layout):
+    r = subprocess.run(
+        [str(CLI), "bench", "attention", "--seq", "1", "--seq-kv", "256", "--heads", "4",
+         "--kv-heads", "2", "--head-dim", "64", "--dtype", "bf16", "--kv-layout", layout,
+         "--runs", "3", "--warmup", "0", "--json"],
+        capture_output=True, text=True, timeout=120, check=True)
+    d = json.loads(r.stdout)
+    kv_bytes = 2 * 2 * 256 * 2 * 64  # bf16: batch 1, 2 kv heads, 256 keys, K and V of 64
+    assert d["kv_bytes"] == kv_bytes
+    assert d["kv_copies"] > 1  # rotated, so that each run reads from memory
+    assert d["kv_gbytes_per_second"] == pytest.approx(kv_bytes / d["seconds_median"] * 1e-9)
+    for reference, fraction in [("bandwidth_gbytes_per_second", "fraction_of_bandwidth"),
+                                ("kv_read_gbytes_per_second", "fraction_of_kv_read")]:
+        assert d[reference] > 0.1, (reference, d[reference])  # GB/s: a real read, not 0
+        assert d[fraction] == pytest.approx(d["kv_gbytes_per_second"] / d[reference])
+
+
+def test_a_forward_shape_reports_no_read_rates():
+    r = subprocess.run(
+        [str(CLI), "bench", "attention", "--seq", "64", "--heads", "2", "--head-dim", "32",
+         "--runs", "1", "--warmup", "0", "--json"],
+        capture_output=True, text=True, timeout=120, check=True)
+    d = json.loads(r.stdout)
+    assert "kv_read_gbytes_per_second" not in d and "fraction_of_kv_read" not in d
