@@ -88,7 +88,7 @@ struct AttentionBenchReport {
   // The same streaming read over the very K and V copies the runs read (its median, passes
   // interleaved with the runs as the probe's are), and the fraction against it. On a virtual
   // machine a buffer's read rate depends on where its pages came from: the probe's own buffer
-  // has read 15–20% faster than the copies here (docs/performance.md).
+  // has read 10–27% faster than the copies here (docs/performance.md).
   double kv_read_gbytes_per_second = 0;
   double fraction_of_kv_read = 0;
   // Decode shapes: how many copies of K and V the runs rotate over, so that each run reads them
