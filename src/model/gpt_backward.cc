@@ -35,6 +35,7 @@ struct Bf16Products {
   const float* P = nullptr;
   const bf16* P16 = nullptr;
   Tensor* dy16 = nullptr;
+  Tensor* dfc16 = nullptr;
   Tensor* x16 = nullptr;
   const GPT::State* state = nullptr;  // the forward's rounded inputs (State::rounded)
 };
@@ -118,6 +119,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   const Bf16Products b16{.P = P,
                          .P16 = dtype_ == DType::bf16 ? params16(ctx) : nullptr,
                          .dy16 = &s.dy16,
+                         .dfc16 = &s.dfc16,
                          .x16 = &s.x16,
                          .state = &s};
   // The weights' gradients go to G, or are not computed (the gates' alone: head importance).
@@ -170,19 +172,30 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     // The branch output's gradient: dx itself, unless dropout scales a copy (post-norm: dres).
     if (drop) detail::dropout(ctx, dres, n, c.dropout, options.seed, stream + 1);
     const float* dmlp = drop || !c.norm_first ? dres : dx;
-    // dfc = act'(fc) ⊙ (dmlp · W_proj)
-    linear_grads(ctx, {.rows = d.rows, .in_features = d.F, .out_features = d.C}, a.gel.ptr(),
-                 P + o.fc_proj_w, dmlp, dgel, false, maybe(GW, o.fc_proj_w), maybe(GW, o.fc_proj_b),
-                 b16);
+    const ops::LinearShape down{.rows = d.rows, .in_features = d.F, .out_features = d.C};
     const ops::ActivationShape as{.kind = c.activation, .rows = d.rows, .width = d.F};
     const ops::LinearShape up{.rows = d.rows, .in_features = d.C, .out_features = d.Fi};
     if (b16.P16 && ops::activation_keeps_grad(c.activation)) {
-      // Mixed precision: dfc only rounded to bf16 for the products, fc's bias gradient summed
-      // from the float32 values in the same pass. Then the gradient at m_in: da = dfc · W_fc.
-      bf16* dfc16 = room(*b16.dy16, d.rows * d.Fi);
-      ops::activation_backward_from_grad_bf16(ctx, as, a.fc.ptr(), dgel, dfc16, maybe(GW, o.fc_b));
+      // Mixed precision: dfc = act'(fc) ⊙ (dmlp · W_proj) only rounded to bf16, straight from the
+      // product's epilogue (the forward left act'(fc) in a.fc); fc's bias gradient summed from
+      // those bf16 values. Then the gradient at m_in: da = dfc · W_fc.
+      bf16* dmlp16 = room(*b16.dy16, d.rows * d.C);
+      if (GW && o.fc_proj_b >= 0)
+        ops::round_with_column_sums(ctx, d.rows, d.C, dmlp, dmlp16, GW + o.fc_proj_b);
+      else
+        to_bf16(ctx, dmlp, dmlp16, d.rows * d.C);
+      products_bf16(ctx, down, a.gel.ptr(), P + o.fc_proj_w, dmlp16, nullptr, false,
+                    maybe(GW, o.fc_proj_w), b16);
+      bf16* dfc16 = room(*b16.dfc16, d.rows * d.Fi);
+      ops::matmul(ctx, {.rows = d.rows, .cols = d.C, .ld = d.C, .bf16 = dmlp16},
+                  {.rows = d.C, .cols = d.F, .ld = d.F, .bf16 = b16.P16 + o.fc_proj_w},
+                  {.ld = d.F, .data16 = dfc16, .multiply = a.fc.ptr(), .multiply_ld = d.F});
+      if (GW && o.fc_b >= 0) ops::add_column_sums(ctx, d.rows, d.Fi, dfc16, GW + o.fc_b);
       products_bf16(ctx, up, m_in, P + o.fc_w, dfc16, da, false, maybe(GW, o.fc_w), b16);
     } else {
+      // dfc = act'(fc) ⊙ (dmlp · W_proj)
+      linear_grads(ctx, down, a.gel.ptr(), P + o.fc_proj_w, dmlp, dgel, false,
+                   maybe(GW, o.fc_proj_w), maybe(GW, o.fc_proj_b), b16);
       if (ops::activation_keeps_grad(c.activation))  // the forward left act'(fc) in a.fc
         ops::activation_backward_from_grad(ctx, as, a.fc.ptr(), dgel, dfc);
       else

@@ -12,7 +12,9 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
+#include "headlight/core/bf16.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -158,25 +160,6 @@ inline void MulElements(const float* HWY_RESTRICT g, const float* dy, float* dx,
   for (; i + L <= n; i += L)
     hn::StoreU(hn::Mul(hn::LoadU(d, g + i), hn::LoadU(d, dy + i)), d, dx + i);
   for (; i < n; ++i) dx[i] = g[i] * dy[i];
-}
-
-// dx = g ⊙ dy over one row of n columns (the products MulElements gives) and sums[j] += dx[j] in
-// double (as AddColumnSums adds a row): the bias gradient's column sums taken in the same pass.
-inline void MulElementsAddSums(const float* HWY_RESTRICT g, const float* HWY_RESTRICT dy,
-                               float* HWY_RESTRICT dx, double* HWY_RESTRICT sums, int64_t n) {
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> df;
-  const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
-  int64_t j = 0;
-  for (; j + L <= n; j += L) {
-    const auto v = hn::Mul(hn::LoadU(df, g + j), hn::LoadU(df, dy + j));
-    hn::StoreU(v, df, dx + j);
-    hn::StoreU(hn::Add(hn::LoadU(dd, sums + j), hn::PromoteTo(dd, v)), dd, sums + j);
-  }
-  for (; j < n; ++j) {
-    dx[j] = g[j] * dy[j];
-    sums[j] += dx[j];
-  }
 }
 
 // SwiGLU over one row: y[j] = silu(gate[j])·up[j], silu(g) = g·σ(g).
@@ -338,11 +321,29 @@ inline float RowLogSumExp(const float* x, int64_t n, float* p) {
 // independent chains of additions (one chain waits on each addition's latency), and each row's
 // columns read as one run of memory (a column at a time over all the rows would read every cache
 // line of x once per vector in it, rows apart, from L2 or beyond); then a vector at a time.
-inline void AddColumnSums(const float* HWY_RESTRICT x, int64_t ldx, int64_t rows, int64_t cols,
+// T: float, or bf16 (each value widened exactly).
+template <class T>
+inline void AddColumnSums(const T* HWY_RESTRICT x, int64_t ldx, int64_t rows, int64_t cols,
                           double* HWY_RESTRICT sums) {
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(dd));
+  auto load = [&](const T* p) {  // L values of p as doubles
+    if constexpr (std::is_same_v<T, float>) {
+      return hn::PromoteTo(dd, hn::LoadU(df, p));
+    } else {
+      const hn::Rebind<hwy::bfloat16_t, decltype(df)> db;
+      return hn::PromoteTo(
+          dd, hn::PromoteTo(df, hn::LoadU(db, reinterpret_cast<const hwy::bfloat16_t*>(p))));
+    }
+  };
+  auto value = [](T v) -> double {
+    if constexpr (std::is_same_v<T, float>) {
+      return v;
+    } else {
+      return to_float(v);
+    }
+  };
   int64_t j = 0;
 #if !HWY_HAVE_SCALABLE  // sizeless vectors cannot live in arrays
   constexpr int64_t kChains = 8;
@@ -350,21 +351,19 @@ inline void AddColumnSums(const float* HWY_RESTRICT x, int64_t ldx, int64_t rows
     hn::Vec<decltype(dd)> acc[kChains];
     for (int64_t v = 0; v < kChains; ++v) acc[v] = hn::LoadU(dd, sums + j + v * L);
     for (int64_t r = 0; r < rows; ++r) {
-      const float* row = x + r * ldx + j;
-      for (int64_t v = 0; v < kChains; ++v)
-        acc[v] = hn::Add(acc[v], hn::PromoteTo(dd, hn::LoadU(df, row + v * L)));
+      const T* row = x + r * ldx + j;
+      for (int64_t v = 0; v < kChains; ++v) acc[v] = hn::Add(acc[v], load(row + v * L));
     }
     for (int64_t v = 0; v < kChains; ++v) hn::StoreU(acc[v], dd, sums + j + v * L);
   }
 #endif
   for (; j + L <= cols; j += L) {
     auto acc = hn::LoadU(dd, sums + j);
-    for (int64_t r = 0; r < rows; ++r)
-      acc = hn::Add(acc, hn::PromoteTo(dd, hn::LoadU(df, x + r * ldx + j)));
+    for (int64_t r = 0; r < rows; ++r) acc = hn::Add(acc, load(x + r * ldx + j));
     hn::StoreU(acc, dd, sums + j);
   }
   for (; j < cols; ++j)
-    for (int64_t r = 0; r < rows; ++r) sums[j] += x[r * ldx + j];
+    for (int64_t r = 0; r < rows; ++r) sums[j] += value(x[r * ldx + j]);
 }
 
 }  // namespace HWY_NAMESPACE

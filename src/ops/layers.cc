@@ -34,10 +34,6 @@ void GeluErfForwardKeepingGradDispatch(float* x_then_grad, float* y, int64_t n) 
 void MulElementsDispatch(const float* g, const float* dy, float* dx, int64_t n) {
   MulElements(g, dy, dx, n);
 }
-void MulElementsAddSumsDispatch(const float* g, const float* dy, float* dx, double* sums,
-                                int64_t n) {
-  MulElementsAddSums(g, dy, dx, sums, n);
-}
 void SwigluForwardDispatch(const float* gate, const float* up, float* y, int64_t n) {
   SwigluForward(gate, up, y, n);
 }
@@ -59,6 +55,10 @@ void NormRowBackwardDispatch(const float* x, const float* w, const float* dy, fl
 }
 
 void AddColumnSumsDispatch(const float* x, int64_t ldx, int64_t rows, int64_t cols, double* sums) {
+  AddColumnSums(x, ldx, rows, cols, sums);
+}
+void AddColumnSumsBf16Dispatch(const bf16* x, int64_t ldx, int64_t rows, int64_t cols,
+                               double* sums) {
   AddColumnSums(x, ldx, rows, cols, sums);
 }
 
@@ -85,12 +85,12 @@ HWY_EXPORT(GeluErfBackwardDispatch);
 HWY_EXPORT(GeluForwardKeepingGradDispatch);
 HWY_EXPORT(GeluErfForwardKeepingGradDispatch);
 HWY_EXPORT(MulElementsDispatch);
-HWY_EXPORT(MulElementsAddSumsDispatch);
 HWY_EXPORT(SwigluForwardDispatch);
 HWY_EXPORT(SwigluBackwardDispatch);
 HWY_EXPORT(RowLogSumExpDispatch);
 HWY_EXPORT(NormRowDispatch);
 HWY_EXPORT(AddColumnSumsDispatch);
+HWY_EXPORT(AddColumnSumsBf16Dispatch);
 HWY_EXPORT(NormRowBackwardDispatch);
 
 namespace ops {
@@ -273,42 +273,14 @@ void activation_forward_keeping_grad_bf16(ThreadContext& ctx, const ActivationSh
   });
 }
 
-void activation_backward_from_grad_bf16(ThreadContext& ctx, const ActivationShape& s,
-                                        const float* grad, const float* dout, bf16* din,
-                                        float* dbias) {
-  check(activation_keeps_grad(s.kind), "activation_backward_from_grad_bf16: {} keeps no derivative",
-        activation_name(s.kind));
-  // Fixed chunks of rows, each with its own column sums (in double, as linear_backward's bias
-  // gradient sums), added in chunk order: the same bits for any thread count. A row at a time:
-  // its products into an L1 buffer, summed there, rounded.
-  constexpr int64_t kPiece = 1024;
-  const int64_t F = s.width, n = chunks(s.rows);
-  // partial[n, F] doubles, in the shared scratch (two floats each, 64-byte aligned).
-  auto* partial =
-      dbias ? reinterpret_cast<double*>(ctx.shared_scratch().floats(static_cast<size_t>(2 * n * F)))
-            : nullptr;
-  ctx.parallel_items(n, [&](int64_t chunk, int) {
-    alignas(64) float values[kPiece];
-    double* sums = partial ? partial + chunk * F : nullptr;
-    if (sums) std::fill(sums, sums + F, 0.0);
-    const int64_t end = std::min(s.rows, (chunk + 1) * kChunkRows);
-    for (int64_t r = chunk * kChunkRows; r < end; ++r)
-      for (int64_t j = 0; j < F; j += kPiece) {
-        const int64_t at = r * F + j, len = std::min(kPiece, F - j);
-        if (sums) {
-          HWY_DYNAMIC_DISPATCH(MulElementsAddSumsDispatch)
-          (grad + at, dout + at, values, sums + j, len);
-        } else {
-          HWY_DYNAMIC_DISPATCH(MulElementsDispatch)(grad + at, dout + at, values, len);
-        }
-        to_bf16(values, din + at, static_cast<size_t>(len));
-      }
-  });
-  if (dbias) add_partials(ctx, partial, n, F, dbias);
-}
+namespace {
 
-void round_with_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, const float* x, bf16* y,
-                            float* dbias) {
+// dbias[j] += the column sums of a [rows, cols] matrix: each fixed chunk of rows summed in double
+// by sum_chunk(r0, len, sums) into its own partial, the partials added in chunk order (the same
+// bits for any thread count).
+template <class SumChunk>
+void chunked_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, float* dbias,
+                         SumChunk&& sum_chunk) {
   const int64_t n = chunks(rows);
   // partial[n, cols] doubles, in the shared scratch (two floats each, 64-byte aligned).
   auto* partial =
@@ -317,10 +289,25 @@ void round_with_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, cons
     const int64_t r0 = chunk * kChunkRows, len = std::min(kChunkRows, rows - r0);
     double* sums = partial + chunk * cols;
     std::fill(sums, sums + cols, 0.0);
+    sum_chunk(r0, len, sums);
+  });
+  add_partials(ctx, partial, n, cols, dbias);
+}
+
+}  // namespace
+
+void round_with_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, const float* x, bf16* y,
+                            float* dbias) {
+  chunked_column_sums(ctx, rows, cols, dbias, [&](int64_t r0, int64_t len, double* sums) {
     add_column_sums(x + r0 * cols, cols, len, cols, sums);  // the chunk's rows are still in L1/L2
     to_bf16(x + r0 * cols, y + r0 * cols, static_cast<size_t>(len * cols));
   });
-  add_partials(ctx, partial, n, cols, dbias);
+}
+
+void add_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, const bf16* x, float* dbias) {
+  chunked_column_sums(ctx, rows, cols, dbias, [&](int64_t r0, int64_t len, double* sums) {
+    HWY_DYNAMIC_DISPATCH(AddColumnSumsBf16Dispatch)(x + r0 * cols, cols, len, cols, sums);
+  });
 }
 
 void activation_backward(ThreadContext& ctx, const ActivationShape& s, const float* in,

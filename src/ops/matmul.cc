@@ -104,6 +104,10 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   const bool out16 = c.data16 != nullptr;
   check(!out16 || (c.beta == 0.0f && !c.data),
         "matmul: a bf16 output needs beta = 0 and no float32 c");
+  check(!c.multiply || (c.beta == 0.0f && c.multiply_ld >= n),
+        "matmul: a multiplying epilogue needs beta = 0 and multiply_ld ({}) of at least the "
+        "columns ({})",
+        c.multiply_ld, n);
   if (k == 0) {
     if (out16) {  // an empty product, beta = 0: zeros
       for (int64_t i = 0; i < m; ++i) std::fill_n(c.data16 + i * c.ld, n, headlight::bf16{});
@@ -142,6 +146,9 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
                            c.data + i * c.ld);
       }
     }
+    if (c.multiply)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c.data[i * c.ld + j] *= c.multiply[i * c.multiply_ld + j];
     return;
   }
   // oneDNN's matmul primitive (brgemm kernels on AVX-512/AVX2, faster than dnnl_sgemm on the
@@ -162,7 +169,8 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
   try {
     dnnl::primitive_attr attr;
     if (c.alpha != 1.0f) attr.set_output_scales(0, {c.alpha});
-    if (c.beta != 0.0f || c.activation) {
+    const memory::desc multiply_md({m, n}, memory::data_type::f32, memory::dims{c.multiply_ld, 1});
+    if (c.beta != 0.0f || c.activation || c.multiply) {
       dnnl::post_ops ops;
       if (c.beta != 0.0f) ops.append_sum(c.beta);
       if (c.activation)
@@ -172,6 +180,7 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
                                ? dnnl::algorithm::eltwise_gelu_tanh
                                : dnnl::algorithm::eltwise_relu,
                            0.0f, 0.0f);
+      if (c.multiply) ops.append_binary(dnnl::algorithm::binary_mul, multiply_md);
       attr.set_post_ops(ops);
     }
     const memory::desc bias_md({1, n}, memory::data_type::f32, memory::dims{n, 1});
@@ -190,6 +199,10 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
     std::unordered_map<int, memory> args{
         {DNNL_ARG_SRC, am}, {DNNL_ARG_WEIGHTS, bm}, {DNNL_ARG_DST, cm}};
     if (c.bias) args.emplace(DNNL_ARG_BIAS, memory(bias_md, engine, const_cast<float*>(c.bias)));
+    if (c.multiply)  // the binary post-op is the last: index 0, 1 or 2 after sum and eltwise
+      args.emplace(DNNL_ARG_ATTR_MULTIPLE_POST_OP((c.beta != 0.0f) + (c.activation ? 1 : 0)) |
+                       DNNL_ARG_SRC_1,
+                   memory(multiply_md, engine, const_cast<float*>(c.multiply)));
     dnnl::matmul(pd).execute(stream, args);
     stream.wait();
   } catch (const dnnl::error& e) {

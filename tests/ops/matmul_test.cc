@@ -131,6 +131,75 @@ TEST(Matmul, Bf16OutputIsTheFloat32OutputRoundedOnce) {
   }
 }
 
+TEST(Matmul, MultiplyingEpilogueIsTheProductTimesTheFactorsRoundedOnce) {
+  // c = (a·b + bias) ⊙ m in the epilogue, within float32 accumulation of the exact value; with
+  // float32 inputs (the product's path for large shapes, dnnl_sgemm's for small ones) the plain
+  // product's own value times m, element for element (bf16 kernels may add in another order when
+  // the epilogue multiplies); a bf16 output is that epilogue's float32 value rounded once. m has
+  // its own row stride; beta is refused by name.
+  ThreadContext ctx(2);
+  for (const bool bf16_in : {false, true})
+    for (const int64_t m : {int64_t{3}, int64_t{130}}) {
+      const int64_t n = 70, k = 48, ldc = n + 3, ldm = n + 9;
+      auto a = random_vector(static_cast<size_t>(m * k), 21);
+      auto w = random_vector(static_cast<size_t>(n * k), 22);
+      auto bias = random_vector(static_cast<size_t>(n), 23);
+      auto f = random_vector(static_cast<size_t>(m * ldm), 24);
+      std::vector<bf16> a16(a.size()), w16(w.size());
+      to_bf16(a.data(), a16.data(), a.size());
+      to_bf16(w.data(), w16.data(), w.size());
+      const MatrixArg am = bf16_in ? MatrixArg{.rows = m, .cols = k, .ld = k, .bf16 = a16.data()}
+                                   : MatrixArg{.data = a.data(), .rows = m, .cols = k, .ld = k};
+      const MatrixArg bm =
+          bf16_in ? MatrixArg{.rows = k, .cols = n, .ld = k, .transposed = true, .bf16 = w16.data()}
+                  : MatrixArg{.data = w.data(), .rows = k, .cols = n, .ld = k, .transposed = true};
+      std::vector<float> plain(static_cast<size_t>(m * ldc)), got(plain.size());
+      matmul(ctx, am, bm, {.data = plain.data(), .ld = ldc, .bias = bias.data()});
+      matmul(ctx, am, bm,
+             {.data = got.data(),
+              .ld = ldc,
+              .bias = bias.data(),
+              .multiply = f.data(),
+              .multiply_ld = ldm});
+      std::vector<bf16> got16(plain.size());
+      if (bf16_in)
+        matmul(ctx, am, bm,
+               {.ld = ldc,
+                .bias = bias.data(),
+                .data16 = got16.data(),
+                .multiply = f.data(),
+                .multiply_ld = ldm});
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+          // The exact (a·b + bias) ⊙ m of the values used; float32 inputs: the plain product's
+          // own float32 value times m, bit for bit.
+          double sum = bias[j], mag = std::fabs(bias[j]);
+          for (int64_t p = 0; p < k; ++p) {
+            const double t =
+                bf16_in ? static_cast<double>(to_float(a16[i * k + p])) * to_float(w16[j * k + p])
+                        : static_cast<double>(a[i * k + p]) * w[j * k + p];
+            sum += t;
+            mag += std::fabs(t);
+          }
+          const float fm = f[i * ldm + j], value = got[i * ldc + j];
+          ASSERT_NEAR(value, sum * fm, 1e-6 * (1 + mag))
+              << bf16_in << " " << m << " at " << i << "," << j;
+          if (!bf16_in) ASSERT_EQ(value, plain[i * ldc + j] * fm) << m << " at " << i << "," << j;
+          // A bf16 output: the same epilogue's float32 value rounded once.
+          if (bf16_in) ASSERT_EQ(got16[i * ldc + j].bits, to_bf16(value).bits) << i << "," << j;
+        }
+    }
+  float x = 0, one_f = 1;
+  const MatrixArg one{.data = &one_f, .rows = 1, .cols = 1, .ld = 1};
+  try {
+    matmul(ctx, one, one,
+           {.data = &x, .ld = 1, .beta = 1.0f, .multiply = &one_f, .multiply_ld = 1});
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("multiplying epilogue"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
   // A weight packed once into oneDNN's blocked layout holds the same values: a product reading it
   // is the exact product of the bf16 values up to fp32 accumulation, as with the plain weight

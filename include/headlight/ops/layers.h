@@ -77,17 +77,12 @@ void activation_forward_keeping_grad(ThreadContext& ctx, const ActivationShape& 
                                      float* in_then_grad, float* out);
 void activation_backward_from_grad(ThreadContext& ctx, const ActivationShape& s, const float* grad,
                                    const float* dout, float* din);
-// The same for mixed precision, where the next product reads its input rounded to bf16 anyway:
-// the forward writes out = act(in) rounded to bf16 only (as to_bf16 rounds activation_forward's
-// values), the backward din = grad ⊙ dout rounded to bf16 only, adding (when dbias is non-null)
-// din's float32 column sums to dbias (in double, over fixed chunks of rows added in order: the
-// same bits for any thread count). One pass each instead of writing float32 and reading it back
-// to round it (and, backward, again to sum it).
+// The forward for mixed precision, where the next product reads its input rounded to bf16 anyway:
+// out = act(in) written rounded to bf16 only (as to_bf16 rounds activation_forward's values), in
+// one pass instead of writing float32 and reading it back to round it. (The backward's
+// grad ⊙ dout is the down product's epilogue there: matmul's OutputArg::multiply.)
 void activation_forward_keeping_grad_bf16(ThreadContext& ctx, const ActivationShape& s,
                                           float* in_then_grad, bf16* out);
-void activation_backward_from_grad_bf16(ThreadContext& ctx, const ActivationShape& s,
-                                        const float* grad, const float* dout, bf16* din,
-                                        float* dbias);
 
 // x[rows, dim] = wte[token[r], :] (+ pos[r % period, :] when pos is non-null: the positions of a
 // row are r mod `period`, i.e. rows are [batch, period]). Throws naming `tokens` on an id outside
@@ -125,9 +120,13 @@ void add_column_sums(const float* x, int64_t ldx, int64_t rows, int64_t cols, do
 
 // Mixed precision's output gradient of a linear layer with a bias: y = x [rows, cols] rounded to
 // bf16 (as to_bf16 rounds), and x's column sums added to dbias (in double, over fixed chunks of
-// rows added in order, as activation_backward_from_grad_bf16 sums: the same bits for any thread
-// count). One pass over x where rounding and summing had been two.
+// rows added in order: the same bits for any thread count). One pass over x where rounding and
+// summing had been two.
 void round_with_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, const float* x, bf16* y,
                             float* dbias);
+// dbias[j] += Σ_r x[r, j] over bf16 rows x [rows, cols], summed as round_with_column_sums sums (in
+// double over fixed chunks of rows: the same bits for any thread count): the bias gradient of a
+// product whose output gradient exists only rounded (matmul's multiplying epilogue).
+void add_column_sums(ThreadContext& ctx, int64_t rows, int64_t cols, const bf16* x, float* dbias);
 
 }  // namespace headlight::ops

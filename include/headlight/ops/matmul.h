@@ -74,9 +74,15 @@ struct OutputArg {
   // Applied to every element last, in the product's epilogue (an element-wise kind; with beta = 0
   // only).
   std::optional<Activation> activation{};
-  // When set, c is written here rounded to bf16 (round to nearest even, after the bias and the
-  // activation) instead of into data; beta must be 0.
+  // When set, c is written here rounded to bf16 (round to nearest even, after the bias, the
+  // activation and the multiplication) instead of into data; beta must be 0.
   headlight::bf16* data16 = nullptr;
+  // When set, c is multiplied element by element by m [a.rows, b.cols] (float32, rows
+  // multiply_ld apart) in the product's epilogue, after the bias and the activation (beta = 0
+  // only): mixed-precision training's dfc = (dy·W) ⊙ act'(fc) rounded once, with no float32 pass
+  // over the product between.
+  const float* multiply = nullptr;
+  int64_t multiply_ld = 0;
 };
 
 // c[a.rows, b.cols] = alpha · a[a.rows, a.cols] · b[b.rows, b.cols] + beta · c (+ bias).
