@@ -57,7 +57,7 @@ CpuInfo cpu_info() {
       break;
     }
   }
-  const int64_t supported = hwy::SupportedTargets();
+  const int64_t supported = allowed_targets();
   for (int64_t bits = supported & HWY_TARGETS; bits != 0; bits &= bits - 1) {
     const int64_t target = bits & -bits;
     info.supported_targets.emplace_back(hwy::TargetName(target));
@@ -73,6 +73,12 @@ namespace {
 // kernels may use beyond Highway's targets, 2: AMX and AVX-512 BF16, 1: AVX-512 BF16, 0: none.
 std::atomic<int> native_bf16{2};
 }  // namespace
+
+int64_t allowed_targets() {
+  const int64_t targets = hwy::SupportedTargets();  // without the disabled ones
+  hwy::GetChosenTarget().Update(targets);           // as HWY_DYNAMIC_DISPATCH's first call would
+  return targets;
+}
 
 void force_isa(std::string_view isa) {
   int64_t limit = 0;  // the best target allowed; 0: no restriction

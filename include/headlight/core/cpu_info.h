@@ -2,6 +2,7 @@
 // measured by a microbenchmark, so that benchmarks report a fraction of the peak of the same run.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,12 @@ CpuInfo cpu_info();
 // Highway's process-wide choice (the one piece of global state, owned by Highway). Throws Error
 // naming HEADLIGHT_ISA on an unknown name.
 void force_isa(std::string_view isa);
+
+// The Highway targets (HWY_* bits) this CPU supports and force_isa allows. Ask here, not
+// hwy::SupportedTargets: in Highway 1.0 that call also points dynamic dispatch back at every
+// supported target, undoing force_isa for the rest of the process (tests of the portable paths
+// ran the best target instead); this puts the allowed ones back.
+int64_t allowed_targets();
 
 // Whether kernels may use instructions beyond Highway's targets: AVX-512 BF16 (false while
 // force_isa restricts the targets, except to avx3_bf16), AMX (only without restriction).

@@ -92,7 +92,7 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
   const bool native_softmax = native && !stats && o.dropout_p == 0;
   for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += plan.tile_keys) {
     const int64_t cols = std::min(plan.tile_keys, j_end - j0);
-    const int64_t cols_pad = round_up(cols, plan.lanes);
+    const int64_t cols_pad = round_up(cols, plan.key_step);
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
@@ -236,7 +236,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     const bool v_packed = !plan.v_in_place;
     const float* v = v_packed ? kt + D * plan.bc_pad : plan.bf16 ? nullptr : p.v.at(b, g, j0);
     const int64_t ldv = v_packed ? plan.dv_pad : p.v.row_stride;
-    const int64_t cols_pad = round_up(cols, plan.lanes);
+    const int64_t cols_pad = round_up(cols, plan.key_step);
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
@@ -613,7 +613,7 @@ void probabilities(ThreadContext& ctx, const AttentionParams& p,
       else
         score_tile(p, plan, p.q.at(b, h, i0), p.q.row_stride, tile,
                    blocks + (j0 / kBlockKeys) * plan.block_floats, w.s);
-      kernels::exp_shift_rows(w.s, rows, round_up(cols, plan.lanes), plan.bc_pad, lse);
+      kernels::exp_shift_rows(w.s, rows, round_up(cols, plan.key_step), plan.bc_pad, lse);
       if (p.options.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       for (int64_t r = 0; r < rows; ++r)
         std::memcpy(dst + r * sh.len_kv + j0, w.s + r * plan.bc_pad,

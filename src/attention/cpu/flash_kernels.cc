@@ -166,7 +166,8 @@ size_t float_lanes() {
 }
 
 std::string target_name() {
-  return hwy::TargetName(hwy::SupportedAndGeneratedTargets()[0]);
+  const int64_t targets = allowed_targets() & HWY_TARGETS;  // compiled here and allowed
+  return hwy::TargetName(targets & -targets);
 }
 
 }  // namespace attention::cpu::kernels

@@ -112,7 +112,7 @@ bool row_limits(const AttentionParams& p, const TilePos& t, int32_t* out) {
 void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
                 const TilePos& t, const float* kt, float* s, bool raw, bool masks) {
   const int64_t D = p.shape.head_dim;
-  const int64_t cols_pad = round_up(t.cols, plan.lanes);
+  const int64_t cols_pad = round_up(t.cols, plan.key_step);
   if (plan.amx) {  // q: pair words (pack_query_pairs), whole tiles of 16 rows
     kernels::amx::qk_tile(reinterpret_cast<const uint32_t*>(q), static_cast<size_t>(ldq),
                           static_cast<size_t>(round_up(t.rows, 16)),
@@ -137,7 +137,7 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
                         [&](int64_t r0, int64_t n, int64_t keys) {
                           if (keys > 0)
                             kernels::qk_tile(q + r0 * ldq, ldq, n, kt, plan.bc_pad, D,
-                                             std::min(cols_pad, round_up(keys, plan.lanes)),
+                                             std::min(cols_pad, round_up(keys, plan.key_step)),
                                              s + r0 * plan.bc_pad, plan.bc_pad);
                         });
   } else {  // keys read where they lie (decode); q is scaled
@@ -399,8 +399,9 @@ Plan make_plan(const AttentionParams& p) {
            rows * plan.tile_keys * static_cast<int64_t>(sizeof(float)) > kDecodeScoresBytes)
       plan.tile_keys /= 2;
   }
+  plan.key_step = plan.bf16 ? std::max<int64_t>(plan.lanes, 2) : plan.lanes;
   plan.bc_pad = round_up(std::min(plan.tile_keys, std::max<int64_t>(sh.len_kv, 1)),
-                         plan.amx ? 32 : plan.lanes);
+                         plan.amx ? 32 : plan.key_step);
   const AttentionOptions& o = p.options;
   const bool banded = o.causal || o.window_left >= 0 || o.window_right >= 0;
   plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);
@@ -474,7 +475,7 @@ void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int
 void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t rows, int64_t cols,
                   const float* v_block, float* o, const float* alpha, int64_t first) {
   const auto bc = static_cast<size_t>(plan.bc_pad);
-  const int64_t cols_pad = round_up(cols, plan.lanes);
+  const int64_t cols_pad = round_up(cols, plan.key_step);
   if (s)
     kernels::round_tile_bf16(s, bc, static_cast<size_t>(rows), static_cast<size_t>(cols_pad), w.pb,
                              bc);

@@ -101,6 +101,9 @@ struct KeyRange {
 // probabilities of a tile are rounded into pb [br, bc_pad] bf16 for P·V.
 struct Plan {
   int64_t lanes, group, dv_pad, bc_pad, br;
+  // Tiles' key columns are padded to a multiple of this: the float lanes, and for bf16 at least
+  // 2 (P' and V hold whole pairs of keys; a one-lane target would otherwise drop an odd last key).
+  int64_t key_step;
   bool bf16 = false;
   // bf16 decode read in place (decode_in_place, which is_decode then holds): keys and values read
   // where they lie, by the vdpbf16ps loops (native_decode) or by the fp32 decode loops, each
