@@ -227,6 +227,12 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
     if (a.gated || options.gate_grads)
       gates_.backward(ctx, l, {.rows = d.rows, .heads = d.H, .head_dim = d.hd}, a.att.ptr(), dattg,
                       dattg);
+    // Mixed precision without RoPE (which turns dq and dk in float32): the attention backward
+    // writes dq, dk and dv only rounded to bf16, where the q/k/v product reads them, and the bias
+    // gradient is summed from those values; no float32 dqkv is written or read.
+    bf16* dqkv16 = b16.P16 && s.attended_bf16 && c.positional != Positional::rope
+                       ? room(*b16.dy16, d.rows * d.W)
+                       : nullptr;
     for (size_t i = 0; i < s.segments.size(); ++i) {
       const Segment& g = s.segments[i];
       attention::AttentionParams p =
@@ -240,6 +246,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       }
       detail::set_attention_grads(detail::dims(c, g.batch, g.len, l), datt + g.row0 * d.H * d.hd,
                                   dqkv + g.row0 * d.W, p);
+      if (dqkv16) detail::point_at_bf16(dqkv, dqkv16, {&p.dq, &p.dk, &p.dv});
       detail::layer_attention(ctx, c, l, p, options.kernel, true);
       if (c.positional == Positional::rope) {
         float* dq = dqkv + g.row0 * d.W;
@@ -248,15 +255,21 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       }
     }
     const float* a_in = c.norm_first ? a.ln1.ptr() : x;
-    if (c.norm_first) {
-      linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
-                   P + o.attn_w, dqkv, da, false, maybe(GW, o.attn_w), maybe(GW, o.attn_b), b16);
+    const ops::LinearShape qkv_shape{.rows = d.rows, .in_features = d.C, .out_features = d.W};
+    // The gradient at a_in, dqkv · W_qkv: pre-norm into da, then through ln_1 into dx; post-norm
+    // added to dx.
+    float* d_in = c.norm_first ? da : dx;
+    if (dqkv16) {
+      if (GW && o.attn_b >= 0) ops::add_column_sums(ctx, d.rows, d.W, dqkv16, GW + o.attn_b);
+      products_bf16(ctx, qkv_shape, a_in, P + o.attn_w, dqkv16, d_in, !c.norm_first,
+                    maybe(GW, o.attn_w), b16);
+    } else {
+      linear_grads(ctx, qkv_shape, a_in, P + o.attn_w, dqkv, d_in, !c.norm_first,
+                   maybe(GW, o.attn_w), maybe(GW, o.attn_b), b16);
+    }
+    if (c.norm_first)
       ops::norm_backward(ctx, ns, x, P + o.ln1_w, a.ln1_mean.ptr(), a.ln1_rstd.ptr(), da,
                          {dx, true, G + o.ln1_w, maybe(G, o.ln1_b)});
-    } else {
-      linear_grads(ctx, {.rows = d.rows, .in_features = d.C, .out_features = d.W}, a_in,
-                   P + o.attn_w, dqkv, dx, true, maybe(GW, o.attn_w), maybe(GW, o.attn_b), b16);
-    }
   }
 
   if (drop) detail::dropout(ctx, dx, n, c.dropout, options.seed, 0);

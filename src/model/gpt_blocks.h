@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "headlight/attention/dispatch.h"
 #include "headlight/attention/params.h"
@@ -80,6 +81,10 @@ attention::AttentionParams segment_attention(const GPTConfig& c, const Dims& d, 
 constexpr int64_t kBf16AttentionRows = 128;
 bool bf16_attention(const GPT::State& s);
 
+// Operands that point into the float32 `rows`, pointed instead at the same elements of the bf16
+// `rows16` (data null).
+void point_at_bf16(const float* rows, const bf16* rows16,
+                   std::initializer_list<attention::Operand*> operands);
 // bf16 attention: q, k and v of p, which point into `qkv`, pointed instead at the same elements
 // of `qkv16` (qkv rounded to bf16).
 void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionParams& p);

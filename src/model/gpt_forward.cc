@@ -198,11 +198,16 @@ bool bf16_attention(const GPT::State& s) {
   return true;
 }
 
-void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionParams& p) {
-  for (attention::Operand* o : {&p.q, &p.k, &p.v}) {
-    o->bf16 = const_cast<bf16*>(qkv16) + (o->data - qkv);
+void point_at_bf16(const float* rows, const bf16* rows16,
+                   std::initializer_list<attention::Operand*> operands) {
+  for (attention::Operand* o : operands) {
+    o->bf16 = const_cast<bf16*>(rows16) + (o->data - rows);
     o->data = nullptr;
   }
+}
+
+void to_bf16_operands(const float* qkv, const bf16* qkv16, attention::AttentionParams& p) {
+  point_at_bf16(qkv, qkv16, {&p.q, &p.k, &p.v});
 }
 
 namespace {

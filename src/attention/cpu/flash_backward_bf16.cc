@@ -17,7 +17,8 @@
 // Items and determinism as in flash_backward.cc: (batch, kv head, chunk of query rows), the chunk
 // count from L_q alone; every item writes its chunk's slice of fp32 partial dK and dV, added in
 // chunk order at the end (then rounded into bf16 gradients, or copied into fp32 ones). With one
-// chunk and fp32 gradients there is nothing to add: the items write dK and dV in place. With one
+// chunk there is nothing to add: the items write dK and dV in place (bf16 ones rounded a key
+// block at a time, with the bits the partials' rounding gives). With one
 // chunk and few key blocks an item also packs its own keys (into its scratch, kept in L2) rather
 // than reading a packing shared by all items.
 
@@ -73,28 +74,31 @@ Bf16BackwardPlan make_bf16_plan(const AttentionParams& p) {
 
 // One worker's scratch (sizes in elements of their types).
 struct Bf16Scratch {
-  uint32_t* qp;     // [G, cr, p16] query pair words
-  bf16* qt;         // [G, d16, cr] queries transposed
-  uint32_t* dop;    // [G, cr, pv16] output-gradient pair words
-  bf16* dot;        // [G, dv16, cr] output gradients transposed
-  float* dq;        // [G, cr, d16] dQ / scale
-  float* dkt;       // [d16, bc] dKᵀ / scale of the current key block
-  float* dvt;       // [dv16, bc] dVᵀ
-  float* s;         // [br, bc] scores, then P
-  float* pd;        // [br, bc] P after dropout
-  float* dp;        // [br, bc] dP, then dS
-  float* aux;       // [br, bc] soft-cap derivatives
-  uint32_t* pairs;  // [br / 2, bc] P' or dS in row pairs
-  bf16* ds;         // [br, bc] dS rounded
-  int32_t* limits;  // [br] the rows' key limits of a structurally masked tile (row_limits)
+  uint32_t* qp;      // [G, cr, p16] query pair words
+  bf16* qt;          // [G, d16, cr] queries transposed
+  uint32_t* dop;     // [G, cr, pv16] output-gradient pair words
+  bf16* dot;         // [G, dv16, cr] output gradients transposed
+  float* dq;         // [G, cr, d16] dQ / scale
+  float* dkt;        // [d16, bc] dKᵀ / scale of the current key block
+  float* dvt;        // [dv16, bc] dVᵀ
+  float* s;          // [br, bc] scores, then P
+  float* pd;         // [br, bc] P after dropout
+  float* dp;         // [br, bc] dP, then dS
+  float* aux;        // [br, bc] soft-cap derivatives
+  uint32_t* pairs;   // [br / 2, bc] P' or dS in row pairs
+  bf16* ds;          // [br, bc] dS rounded
+  int32_t* limits;   // [br] the rows' key limits of a structurally masked tile (row_limits)
+  float* key_rows;   // [bc, max(D, Dv)] a key block's dK or dV rows before rounding (KeyRows::to)
+  float* row_scale;  // [bc] the factor of each of those rows
 };
 
 size_t scratch_bytes(const Bf16BackwardPlan& a) {
   const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br;
   const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + br / 2 * bc;
   const int64_t halves = G * a.d16 * cr + G * a.dv16 * cr + br * bc;
-  const int64_t floats = G * cr * a.d16 + a.d16 * bc + a.dv16 * bc + 4 * br * bc;
-  return static_cast<size_t>(4 * words + 2 * halves + 4 * floats + 4 * br + 64 * 16);
+  const int64_t floats =
+      G * cr * a.d16 + a.d16 * bc + a.dv16 * bc + 4 * br * bc + bc * std::max(a.D, a.Dv) + bc;
+  return static_cast<size_t>(4 * words + 2 * halves + 4 * floats + 4 * br + 64 * 18);
 }
 
 Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
@@ -120,6 +124,8 @@ Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
   w.pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * bc));
   w.ds = reinterpret_cast<bf16*>(take(2 * br * bc));
   w.limits = reinterpret_cast<int32_t*>(take(4 * br));
+  w.key_rows = reinterpret_cast<float*>(take(4 * bc * std::max(a.D, a.Dv)));
+  w.row_scale = reinterpret_cast<float*>(take(4 * bc));
   return w;
 }
 
@@ -177,12 +183,37 @@ struct Item {
   int64_t b, g, c, row_begin, row_end;
 };
 
-// Where an item writes its dK or dV rows (fp32): a chunk's partial [len_kv, D] (ld = D), or, with
-// one chunk and fp32 gradients, the gradient itself (ld its row stride).
+// Where an item writes its dK or dV rows: fp32 rows at data (ld apart), a chunk's partial
+// [len_kv, width] (ld = width) or, with one chunk and fp32 gradients, the gradient itself (ld its
+// row stride); or, with one chunk and bf16 gradients, the rows of (b, g) of the bf16 operand `to`,
+// rounded from the scratch's key_rows a key block at a time (as add_partials would have rounded
+// the partial: the same bits, without the partial's pass over memory).
 struct KeyRows {
-  float* data;
-  int64_t ld;
+  float* data = nullptr;
+  int64_t ld = 0;
+  const Operand* to = nullptr;
+  int64_t b = 0, g = 0;
+
+  // Rows [j0, j0 + n) of `width` zeros.
+  void zero(int64_t j0, int64_t n, int64_t width) const {
+    for (int64_t j = j0; j < j0 + n; ++j)
+      if (to)
+        std::fill_n(to->bf16_at(b, g, j), width, bf16{});
+      else
+        std::fill_n(data + j * ld, width, 0.0f);
+  }
 };
+
+// dst row r = to_bf16(src row r · scale[r]) for r < rows, `width` elements (to_bf16's bits).
+void round_rows(const float* src, int64_t lds, int64_t rows, int64_t width, const float* scale,
+                bf16* dst, int64_t ldd) {
+  if (kernels::bf16_native())
+    return kernels::native::scale_round_rows(src, static_cast<size_t>(lds),
+                                             static_cast<size_t>(rows), static_cast<size_t>(width),
+                                             scale, dst, static_cast<size_t>(ldd));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t e = 0; e < width; ++e) dst[r * ldd + e] = to_bf16(src[r * lds + e] * scale[r]);
+}
 
 // The tile products on one of the two engines, in the same layouts.
 struct Engine {
@@ -243,13 +274,9 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
   const auto [j_begin, j_end] = rows_key_span(p, it.b, it.row_begin, it.row_end);
   for (int64_t blk = 0; blk < a.kv_blocks; ++blk) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
-    float* dk_rows = dk_out.data + j0 * dk_out.ld;
-    float* dv_rows = dv_out.data + j0 * dv_out.ld;
     if (j0 + cols <= j_begin || j0 >= j_end) {  // no row of the chunk sees this block
-      for (int64_t j = 0; j < cols; ++j) {
-        std::fill(dk_rows + j * dk_out.ld, dk_rows + j * dk_out.ld + D, 0.0f);
-        std::fill(dv_rows + j * dv_out.ld, dv_rows + j * dv_out.ld + Dv, 0.0f);
-      }
+      dk_out.zero(j0, cols, D);
+      dv_out.zero(j0, cols, Dv);
       continue;
     }
     const uint32_t* kt = blocks + blk * a.block_words;
@@ -351,34 +378,52 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
       }
     }
     // dK = scale · dKᵀᵀ and dV = dVᵀᵀ, 16 rows of the transposes at a time (each row of dK and dV
-    // written a cache line at a time); dV's words moved unchanged.
+    // written a cache line at a time); dV's words moved unchanged. bf16 rows go through key_rows
+    // (dK unscaled there: the rounding scales it).
+    const bool rounded = dk_out.to != nullptr;
+    float* dk_rows = rounded ? w.key_rows : dk_out.data + j0 * dk_out.ld;
+    const int64_t ldk = rounded ? D : dk_out.ld;
     for (int64_t e0 = 0; e0 < D; e0 += 16)
       kernels::transpose_rows(w.dkt + e0 * bc, static_cast<size_t>(bc),
                               static_cast<size_t>(std::min<int64_t>(16, D - e0)),
-                              static_cast<size_t>(cols), scale, dk_rows + e0,
-                              static_cast<size_t>(dk_out.ld));
+                              static_cast<size_t>(cols), rounded ? 1.0f : scale, dk_rows + e0,
+                              static_cast<size_t>(ldk));
+    if (rounded) {
+      std::fill_n(w.row_scale, cols, scale);
+      round_rows(w.key_rows, D, cols, D, w.row_scale, dk_out.to->bf16_at(it.b, it.g, j0),
+                 dk_out.to->row_stride);
+    }
+    float* dv_rows = rounded ? w.key_rows : dv_out.data + j0 * dv_out.ld;
+    const int64_t ldv = rounded ? Dv : dv_out.ld;
     for (int64_t x0 = 0; x0 < Dv; x0 += 16)
       kernels::transpose_words(
           reinterpret_cast<const uint32_t*>(w.dvt + x0 * bc), static_cast<size_t>(bc),
           static_cast<size_t>(std::min<int64_t>(16, Dv - x0)), static_cast<size_t>(cols),
-          reinterpret_cast<uint32_t*>(dv_rows + x0), static_cast<size_t>(dv_out.ld));
+          reinterpret_cast<uint32_t*>(dv_rows + x0), static_cast<size_t>(ldv));
+    if (rounded) {
+      std::fill_n(w.row_scale, cols, 1.0f);
+      round_rows(w.key_rows, Dv, cols, Dv, w.row_scale, dv_out.to->bf16_at(it.b, it.g, j0),
+                 dv_out.to->row_stride);
+    }
   }
-  // dQ = scale · (dQ / scale), each head's rows stored at once: bf16 rows that are contiguous
-  // are scaled into one buffer and rounded in one call (the same bits as row by row).
-  const bool slab = p.dq.bf16 && p.dq.row_stride == D;
-  std::vector<float> rows(static_cast<size_t>((slab ? rows_total : 1) * D));
+  // dQ = scale · (dQ / scale); bf16 rows scaled and rounded in one pass, bc rows a call (the bits
+  // of to_bf16 on the scaled floats).
+  if (p.dq.bf16) std::fill_n(w.row_scale, bc, scale);
   for (int64_t hg = 0; hg < G; ++hg) {
     const int64_t h = it.g * G + hg;
-    for (int64_t r = 0; r < rows_total; ++r) {
-      const int64_t i = it.row_begin + r;
-      float* dst = slab ? rows.data() + r * D : p.dq.bf16 ? rows.data() : p.dq.at(it.b, h, i);
-      const float* src = w.dq + (hg * cr + r) * a.d16;
-      for (int64_t e = 0; e < D; ++e) dst[e] = src[e] * scale;
-      if (p.dq.bf16 && !slab) to_bf16(dst, p.dq.bf16_at(it.b, h, i), static_cast<size_t>(D));
+    const float* dq = w.dq + hg * cr * a.d16;
+    for (int64_t r0 = 0; r0 < rows_total; r0 += bc) {
+      const int64_t n = std::min(bc, rows_total - r0);
+      if (p.dq.bf16) {
+        round_rows(dq + r0 * a.d16, a.d16, n, D, w.row_scale,
+                   p.dq.bf16_at(it.b, h, it.row_begin + r0), p.dq.row_stride);
+        continue;
+      }
+      for (int64_t r = r0; r < r0 + n; ++r) {
+        float* dst = p.dq.at(it.b, h, it.row_begin + r);
+        for (int64_t e = 0; e < D; ++e) dst[e] = dq[r * a.d16 + e] * scale;
+      }
     }
-    if (slab)
-      to_bf16(rows.data(), p.dq.bf16_at(it.b, h, it.row_begin),
-              static_cast<size_t>(rows_total * D));
   }
 }
 
@@ -428,8 +473,8 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
   const int64_t pack_items = local ? 0 : pairs_bg * a.kv_blocks;
   const int64_t packed_words = checked_numel({pack_items, a.block_words}, "packed keys");
   const int64_t per_bg_k = sh.len_kv * D, per_bg_v = sh.len_kv * Dv;
-  // One chunk and fp32 gradients: the items write dK and dV themselves (no partials to add).
-  const bool direct = a.chunks == 1 && !p.dk.bf16 && !p.dv.bf16;
+  // One chunk: the items write dK and dV themselves (no partials to add; bf16 ones rounded).
+  const bool direct = a.chunks == 1;
   const int64_t part_k =
       direct ? 0 : checked_numel({a.chunks, sh.batch * sh.kv_heads, per_bg_k}, "partial dK");
   const int64_t part_v =
@@ -456,15 +501,17 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
     const int64_t c = a.chunks - 1 - item % a.chunks, bg = item / a.chunks;
     const Item it{bg / sh.kv_heads, bg % sh.kv_heads, c, c * a.chunk_rows,
                   std::min(sh.len_q, (c + 1) * a.chunk_rows)};
-    const KeyRows dk = direct ? KeyRows{p.dk.at(it.b, it.g, 0), p.dk.row_stride}
-                              : KeyRows{dk_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_k, D};
-    const KeyRows dv = direct ? KeyRows{p.dv.at(it.b, it.g, 0), p.dv.row_stride}
-                              : KeyRows{dv_part + (c * sh.batch * sh.kv_heads + bg) * per_bg_v, Dv};
+    auto key_rows = [&](const Operand& o, float* part, int64_t width) {
+      if (!direct) return KeyRows{.data = part, .ld = width};
+      if (o.bf16) return KeyRows{.to = &o, .b = it.b, .g = it.g};
+      return KeyRows{.data = o.at(it.b, it.g, 0), .ld = o.row_stride};
+    };
+    const int64_t at = c * sh.batch * sh.kv_heads + bg;
+    const KeyRows dk = key_rows(p.dk, dk_part + at * per_bg_k, D);
+    const KeyRows dv = key_rows(p.dv, dv_part + at * per_bg_v, Dv);
     if (it.row_begin >= it.row_end) {
-      for (int64_t j = 0; j < sh.len_kv; ++j) {
-        std::fill(dk.data + j * dk.ld, dk.data + j * dk.ld + D, 0.0f);
-        std::fill(dv.data + j * dv.ld, dv.data + j * dv.ld + Dv, 0.0f);
-      }
+      dk.zero(0, sh.len_kv, D);
+      dv.zero(0, sh.len_kv, Dv);
       return;
     }
     auto* scratch = reinterpret_cast<char*>(ctx.scratch(worker).floats((bytes + local_bytes) / 4));
