@@ -36,6 +36,7 @@ struct Bf16Products {
   const bf16* P16 = nullptr;
   Tensor* dy16 = nullptr;
   Tensor* dfc16 = nullptr;
+  Tensor* datt16 = nullptr;
   Tensor* x16 = nullptr;
   const GPT::State* state = nullptr;  // the forward's rounded inputs (State::rounded)
 };
@@ -54,16 +55,21 @@ const bf16* rounded(ThreadContext& ctx, const float* x, int64_t n, Tensor& scrat
 }
 
 // The products of linear_grads with bf16 operands, dy already rounded (dy16): dx overwritten (or
-// added when accumulate_dx), dW added (not computed when dw is null); x as the forward rounded it.
+// added when accumulate_dx), or with dx16 written only rounded to bf16 there; dW added (not
+// computed when dw is null); x as the forward rounded it.
 void products_bf16(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
                    const bf16* dy16, float* dx, bool accumulate_dx, float* dw,
-                   const Bf16Products& b16) {
+                   const Bf16Products& b16, bf16* dx16 = nullptr) {
   const int64_t rows = s.rows, in = s.in_features, out = s.out_features;
   const bf16* w16 = b16.P16 + (w - b16.P);
-  if (dx)
+  if (dx || dx16)
     ops::matmul(ctx, {.rows = rows, .cols = out, .ld = out, .bf16 = dy16},
                 {.rows = out, .cols = in, .ld = in, .bf16 = w16},
-                {.data = dx, .ld = in, .alpha = 1.0f, .beta = accumulate_dx ? 1.0f : 0.0f});
+                {.data = dx16 ? nullptr : dx,
+                 .ld = in,
+                 .alpha = 1.0f,
+                 .beta = accumulate_dx ? 1.0f : 0.0f,
+                 .data16 = dx16});
   if (dw) {
     const bf16* x16 = nullptr;  // as the forward rounded it, else rounded now
     for (size_t i = 0; i < b16.state->rounded_used && !x16; ++i) {
@@ -79,10 +85,11 @@ void products_bf16(ThreadContext& ctx, const ops::LinearShape& s, const float* x
 
 // Gradients of y = x·Wᵀ + b: dx overwritten (or added when accumulate_dx), dW and db added (not
 // computed when dw is null). With bf16 products, dy, x and W enter the products rounded to bf16
-// (fp32 accumulation into the float32 gradients); db sums the float32 dy.
+// (fp32 accumulation into the float32 gradients), db sums the float32 dy, and with dx16 dx is
+// written only rounded, there.
 void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
                   const float* dy, float* dx, bool accumulate_dx, float* dw, float* db,
-                  const Bf16Products& b16 = {}) {
+                  const Bf16Products& b16 = {}, bf16* dx16 = nullptr) {
   if (b16.P16) {
     const int64_t rows = s.rows, out = s.out_features;
     if (rows == 0 || out == 0) return;
@@ -92,7 +99,7 @@ void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x,
       ops::round_with_column_sums(ctx, rows, out, dy, dy16, db);
     else
       to_bf16(ctx, dy, dy16, rows * out);
-    products_bf16(ctx, s, x, w, dy16, dx, accumulate_dx, dw, b16);
+    products_bf16(ctx, s, x, w, dy16, dx, accumulate_dx, dw, b16, dx16);
     return;
   }
   if (dx)
@@ -120,6 +127,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
                          .P16 = dtype_ == DType::bf16 ? params16(ctx) : nullptr,
                          .dy16 = &s.dy16,
                          .dfc16 = &s.dfc16,
+                         .datt16 = &s.datt16,
                          .x16 = &s.x16,
                          .state = &s};
   // The weights' gradients go to G, or are not computed (the gates' alone: head importance).
@@ -219,9 +227,14 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       detail::dropout(ctx, dres, n, c.dropout, options.seed, stream);
     }
     float* dattg = datt;
+    // Mixed precision with bf16 attention and no gates to weigh it: the attention's output
+    // gradient comes out of the product only rounded (the attention backward reads dO in bf16).
+    bf16* datt16 = b16.P16 && s.attended_bf16 && !a.gated && !options.gate_grads
+                       ? room(*b16.datt16, d.rows * d.H * d.hd)
+                       : nullptr;
     linear_grads(ctx, {.rows = d.rows, .in_features = d.H * d.hd, .out_features = d.C},
                  a.gated ? a.attg.ptr() : a.att.ptr(), P + o.proj_w, drop ? dres : dx, dattg, false,
-                 maybe(GW, o.proj_w), maybe(GW, o.proj_b), b16);
+                 maybe(GW, o.proj_w), maybe(GW, o.proj_b), b16, datt16);
     // Gates: dgate_h += Σ dattg_h · att_h; datt_h = gate_h · dattg_h (in place; the identity when
     // every gate of the layer is 1, so then only for the gates' gradients).
     if (a.gated || options.gate_grads)
@@ -247,6 +260,7 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       detail::set_attention_grads(detail::dims(c, g.batch, g.len, l), datt + g.row0 * d.H * d.hd,
                                   dqkv + g.row0 * d.W, p);
       if (dqkv16) detail::point_at_bf16(dqkv, dqkv16, {&p.dq, &p.dk, &p.dv});
+      if (datt16) detail::point_at_bf16(datt, datt16, {&p.dout});
       detail::layer_attention(ctx, c, l, p, options.kernel, true);
       if (c.positional == Positional::rope) {
         float* dq = dqkv + g.row0 * d.W;

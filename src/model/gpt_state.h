@@ -77,7 +77,8 @@ struct GPT::State {
   Buffer logits;                         // [rows, V] (with an LM head)
   Tensor x16;                            // bf16 products: a product's input rows, rounded
   Tensor dy16;                           // bf16 products, backward: an output gradient, rounded
-  Tensor dfc16;  // mixed precision, backward: the MLP's up-projection output gradient, rounded
+  Tensor dfc16;   // mixed precision, backward: the MLP's up-projection output gradient, rounded
+  Tensor datt16;  // mixed precision, backward: the attention's output gradient, rounded
   // bf16 products in a forward for a backward: each product's input as rounded then ([n] bf16,
   // from `src`), so that the backward's weight gradients reuse it; `rounded_used` of them are this
   // forward's (the tensors stay, to be reused by the next).
