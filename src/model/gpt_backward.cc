@@ -54,12 +54,26 @@ const bf16* rounded(ThreadContext& ctx, const float* x, int64_t n, Tensor& scrat
   return out;
 }
 
+// dy [rows, cols] rounded to bf16 for the products (into b16.dy16), and its column sums added to
+// db in the same pass when db is given.
+const bf16* rounded_grad(ThreadContext& ctx, int64_t rows, int64_t cols, const float* dy, float* db,
+                         const Bf16Products& b16) {
+  bf16* dy16 = room(*b16.dy16, rows * cols);
+  if (db)
+    ops::round_with_column_sums(ctx, rows, cols, dy, dy16, db);
+  else
+    to_bf16(ctx, dy, dy16, rows * cols);
+  return dy16;
+}
+
 // The products of linear_grads with bf16 operands, dy already rounded (dy16): dx overwritten (or
-// added when accumulate_dx), or with dx16 written only rounded to bf16 there; dW added (not
-// computed when dw is null); x as the forward rounded it.
+// added when accumulate_dx), or with dx16 written only rounded to bf16 there (multiplied first by
+// dx_multiply [rows, in] when given, in the product's epilogue); dW added (not computed when dw is
+// null); x as the forward rounded it.
 void products_bf16(ThreadContext& ctx, const ops::LinearShape& s, const float* x, const float* w,
                    const bf16* dy16, float* dx, bool accumulate_dx, float* dw,
-                   const Bf16Products& b16, bf16* dx16 = nullptr) {
+                   const Bf16Products& b16, bf16* dx16 = nullptr,
+                   const float* dx_multiply = nullptr) {
   const int64_t rows = s.rows, in = s.in_features, out = s.out_features;
   const bf16* w16 = b16.P16 + (w - b16.P);
   if (dx || dx16)
@@ -69,7 +83,9 @@ void products_bf16(ThreadContext& ctx, const ops::LinearShape& s, const float* x
                  .ld = in,
                  .alpha = 1.0f,
                  .beta = accumulate_dx ? 1.0f : 0.0f,
-                 .data16 = dx16});
+                 .data16 = dx16,
+                 .multiply = dx_multiply,
+                 .multiply_ld = in});
   if (dw) {
     const bf16* x16 = nullptr;  // as the forward rounded it, else rounded now
     for (size_t i = 0; i < b16.state->rounded_used && !x16; ++i) {
@@ -91,14 +107,8 @@ void linear_grads(ThreadContext& ctx, const ops::LinearShape& s, const float* x,
                   const float* dy, float* dx, bool accumulate_dx, float* dw, float* db,
                   const Bf16Products& b16 = {}, bf16* dx16 = nullptr) {
   if (b16.P16) {
-    const int64_t rows = s.rows, out = s.out_features;
-    if (rows == 0 || out == 0) return;
-    // dy rounded for the products, and (with a bias) its column sums in the same pass.
-    bf16* dy16 = room(*b16.dy16, rows * out);
-    if (dw && db)
-      ops::round_with_column_sums(ctx, rows, out, dy, dy16, db);
-    else
-      to_bf16(ctx, dy, dy16, rows * out);
+    if (s.rows == 0 || s.out_features == 0) return;
+    const bf16* dy16 = rounded_grad(ctx, s.rows, s.out_features, dy, dw ? db : nullptr, b16);
     products_bf16(ctx, s, x, w, dy16, dx, accumulate_dx, dw, b16, dx16);
     return;
   }
@@ -187,17 +197,10 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
       // Mixed precision: dfc = act'(fc) ⊙ (dmlp · W_proj) only rounded to bf16, straight from the
       // product's epilogue (the forward left act'(fc) in a.fc); fc's bias gradient summed from
       // those bf16 values. Then the gradient at m_in: da = dfc · W_fc.
-      bf16* dmlp16 = room(*b16.dy16, d.rows * d.C);
-      if (GW && o.fc_proj_b >= 0)
-        ops::round_with_column_sums(ctx, d.rows, d.C, dmlp, dmlp16, GW + o.fc_proj_b);
-      else
-        to_bf16(ctx, dmlp, dmlp16, d.rows * d.C);
-      products_bf16(ctx, down, a.gel.ptr(), P + o.fc_proj_w, dmlp16, nullptr, false,
-                    maybe(GW, o.fc_proj_w), b16);
+      const bf16* dmlp16 = rounded_grad(ctx, d.rows, d.C, dmlp, maybe(GW, o.fc_proj_b), b16);
       bf16* dfc16 = room(*b16.dfc16, d.rows * d.Fi);
-      ops::matmul(ctx, {.rows = d.rows, .cols = d.C, .ld = d.C, .bf16 = dmlp16},
-                  {.rows = d.C, .cols = d.F, .ld = d.F, .bf16 = b16.P16 + o.fc_proj_w},
-                  {.ld = d.F, .data16 = dfc16, .multiply = a.fc.ptr(), .multiply_ld = d.F});
+      products_bf16(ctx, down, a.gel.ptr(), P + o.fc_proj_w, dmlp16, nullptr, false,
+                    maybe(GW, o.fc_proj_w), b16, dfc16, a.fc.ptr());
       if (GW && o.fc_b >= 0) ops::add_column_sums(ctx, d.rows, d.Fi, dfc16, GW + o.fc_b);
       products_bf16(ctx, up, m_in, P + o.fc_w, dfc16, da, false, maybe(GW, o.fc_w), b16);
     } else {
