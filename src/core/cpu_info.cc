@@ -40,6 +40,10 @@ HWY_AFTER_NAMESPACE();
 #include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace headlight {
 
 HWY_EXPORT(FmaPeakRun);
@@ -180,6 +184,21 @@ const char* bf16_engine() {
   if (!native_bf16_allowed()) return "fma";
   if (amx_allowed() && amx_available()) return "amx";
   return cpu_has_bf16_dot() ? "avx512_bf16" : "fma";
+}
+
+bool decode_prefetches_rows() {
+#if defined(__x86_64__)
+  // Asked once: under a hypervisor CPUID is a trap of a microsecond or more.
+  static const bool intel = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+    // "GenuineIntel": the vendor string is EBX, EDX, ECX.
+    return b == 0x756e6547u && d == 0x49656e69u && c == 0x6c65746eu;
+  }();
+  return intel;
+#else
+  return false;
+#endif
 }
 
 PeakMeasurement measure_bf16_peak(ThreadContext& ctx, int repeats, double seconds_per_repeat) {

@@ -97,9 +97,12 @@ void decode_pv_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t cols, con
 // Decode's scores from a blocked key region k (attention/kv_layout.h): s[r, c] = scale · q[r] ·
 // k[j0 + c] for r < rows and c < cols rounded up to 16 (the lanes past cols are the group's other
 // keys, to be masked), q as pair words (leading dim ldq words), pairs = D / 2 a multiple of 16;
-// j0 a multiple of 16.
+// j0 a multiple of 16. With v (the head's blocked value region, width = Dv), the key lines
+// kDecodeAhead keys on and the tile's value lines are prefetched into L2 as the keys are scored
+// (Plan::prefetch_rows).
 void blocked_scores_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k,
-                         size_t pairs, size_t j0, size_t cols, float scale, float* s, size_t lds);
+                         size_t pairs, size_t j0, size_t cols, float scale, float* s, size_t lds,
+                         const uint32_t* v = nullptr, size_t width = 0);
 // Decode's P·V from a blocked value region v: o[rows, width] = α ⊙ o + P · V[j0, j0 + cols), P as
 // pair words [rows, ldp words] from column 0 = key j0 (a word past the last key holds 0 in its
 // upper half); width a multiple of 32; j0 a multiple of 256. α = 1 when null.

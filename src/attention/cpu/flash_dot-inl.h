@@ -90,7 +90,10 @@ void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, s
 // PvInPlaceT reads each value row whole), fetch into L2 without them. On Zen 4, 4,096 keys, 32
 // heads over 8, D = 128: bf16 0.87 → 0.73 ms without the prefetches (and P·V by whole rows),
 // fp32 1.51 → 1.32; one fp32 row per key (12 heads, D = 64) is the other way, 0.55 ms without and
-// 0.46 with (docs/notes/2026-12-05-decode-without-prefetch.md).
+// 0.46 with (docs/notes/2026-12-05-decode-without-prefetch.md). Intel's cores are the other way
+// (RowsAhead::always, from Plan::prefetch_rows): on Sapphire Rapids the same bf16 shape read at
+// half the bandwidth without the prefetches, 1.11–1.26 ms against 0.91–0.96 with them, fp32
+// 1.61–1.62 against 1.49–1.52 (docs/notes/2026-12-06-intel-decode-prefetch.md).
 //
 // Reduction. A dot product along the head dim leaves a vector of partial sums per (row, key);
 // reducing each one horizontally (log2 L shuffles and adds) costs about as much as its FMAs at
@@ -304,7 +307,7 @@ HWY_INLINE void DotTileRegisters(const float* a, size_t lda, size_t rows, const 
 template <class T>
 void DotTileT(const float* a, size_t lda, size_t rows, const T* k, size_t ldk, size_t dim,
               size_t cols, float* s, size_t lds, RowsAhead<T> ahead) {
-  const bool prefetch = PrefetchesDecode<T>(rows, dim, ldk);
+  const bool prefetch = ahead.always || PrefetchesDecode<T>(rows, dim, ldk);
   if (!prefetch) ahead = {};
 #if HWY_MAX_BYTES == 64
   // One row that prefetches (MHA fp32, or short rows: bound by the reads) goes one key at a time:

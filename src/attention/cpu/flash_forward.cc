@@ -85,8 +85,9 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
   const int64_t gr = G * rows;  // rows == plan.br here: the heads' rows are contiguous
   const bool native = plan.native_decode, stats = wants_stats(p);
   const auto dv = static_cast<size_t>(sh.value_dim);
-  // Rows that are not contiguous (a position-major cache) are prefetched: 20% faster there.
-  const bool strided = p.k.row_stride != D || p.v.row_stride != sh.value_dim;
+  // Rows that are not contiguous (a position-major cache) are prefetched: 20% faster there; so
+  // are all rows where the CPU's hardware prefetchers stream them too slowly (plan.prefetch_rows).
+  const bool prefetch = plan.prefetch_rows || p.k.row_stride != D || p.v.row_stride != sh.value_dim;
   // On vdpbf16ps without statistics or dropout, the native softmax writes P rounded to bf16 for
   // P·V itself; otherwise P is rounded after the portable softmax and the dropout.
   const bool native_softmax = native && !stats && o.dropout_p == 0;
@@ -103,23 +104,26 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
           static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, 0)),
           static_cast<size_t>(D / 2), static_cast<size_t>(j0), static_cast<size_t>(cols),
-          effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad));
+          effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
+          plan.prefetch_rows ? reinterpret_cast<const uint32_t*>(p.v.bf16_at(b, g, 0)) : nullptr,
+          dv);
     else if (native)
       kernels::native::decode_scores_bf16(
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
           static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, j0)),
           static_cast<size_t>(p.k.row_stride / 2), static_cast<size_t>(D / 2),
           static_cast<size_t>(cols), effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
-          strided ? kernels::native::DecodeAhead{p.v.bf16_at(b, g, j0),
-                                                 static_cast<size_t>(p.v.row_stride), dv}
-                  : kernels::native::DecodeAhead{});
+          prefetch ? kernels::native::DecodeAhead{p.v.bf16_at(b, g, j0),
+                                                  static_cast<size_t>(p.v.row_stride), dv}
+                   : kernels::native::DecodeAhead{});
     else if (plan.bf16)  // a bf16 cache, read in place (plan.in_place_bf16), widened
-      kernels::dot_tile_bf16(w.q, D, gr, p.k.bf16_at(b, g, j0), p.k.row_stride, D, cols, w.s,
-                             plan.bc_pad,
-                             {p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv});
+      kernels::dot_tile_bf16(
+          w.q, D, gr, p.k.bf16_at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad,
+          {p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv, plan.prefetch_rows});
     else
-      kernels::dot_tile(w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad,
-                        {p.v.at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv});
+      kernels::dot_tile(
+          w.q, D, gr, p.k.at(b, g, j0), p.k.row_stride, D, cols, w.s, plan.bc_pad,
+          {p.v.at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv, plan.prefetch_rows});
     if (o.softcap > 0) kernels::softcap_tile(w.s, gr, cols_pad, plan.bc_pad, o.softcap);
     for (int64_t hg = 0; hg < G; ++hg)
       apply_element_masks(p, {b, g * G + hg, it.i0, rows, j0, cols, partial}, cols_pad,

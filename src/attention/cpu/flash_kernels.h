@@ -22,6 +22,8 @@ template <class T>
 struct RowsAhead {
   const T* data = nullptr;
   size_t ld = 0, width = 0;
+  // Prefetch the key rows and these whatever the shape (Plan::prefetch_rows).
+  bool always = false;
 };
 // s[r, c] = a[r, :] · k[c·ldk, :] for c < cols (any cols and dim): scores from key rows in place;
 // prefetches row c of `ahead` as it scores key c, when the key rows are short (flash_dot-inl.h).

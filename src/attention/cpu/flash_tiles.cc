@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "headlight/core/bf16.h"
+#include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 #include "headlight/core/rng.h"
 #include "headlight/core/tensor.h"
@@ -388,6 +389,7 @@ Plan make_plan(const AttentionParams& p) {
   plan.native_decode =
       plan.in_place_bf16 && (plan.group * sh.len_q >= 2 || blocked) && decode_native_bf16(p);
   plan.blocked = blocked && plan.native_decode;
+  plan.prefetch_rows = decode_prefetches_rows();
   plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.native_softmax =
       plan.bf16 && !plan.in_place_bf16 && plan.lanes == 16 && (plan.amx || kernels::bf16_native());

@@ -114,6 +114,9 @@ struct Plan {
   bool native_decode = false;
   // A blocked cache (attention/kv_layout.h) read in place: native_decode then holds.
   bool blocked = false;
+  // Decode prefetches its key and value rows into L2 whatever their length
+  // (decode_prefetches_rows: the CPU's hardware prefetchers alone stream them too slowly).
+  bool prefetch_rows = false;
   bool amx = false;  // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
   // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
   bool native_softmax = false;
