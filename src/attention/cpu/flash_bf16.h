@@ -124,6 +124,16 @@ void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs, const uint32_
 // elements), b pair words [16·steps, ldb]; rows and cols multiples of 16.
 void product(const bf16* a, size_t lda, size_t rows, const uint32_t* b, size_t ldb, size_t steps,
              size_t cols, float* c, size_t ldc, bool accumulate);
+// Decode from a blocked cache (attention/kv_layout.h) on the tiles, native::blocked_scores_bf16
+// and blocked_pv_bf16's contracts (the same prefetches) with these differences: the tiles read and
+// write whole blocks of 16 rows, so q, s, p and o hold rows up to `rows` rounded up to 16 (those
+// past `rows` are junk, never read); p is bf16 rows (leading dim ldp elements), zero from key
+// cols up to cols rounded up to 32; spare is 16 × 64 words of scratch.
+void blocked_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, size_t pairs,
+                    size_t j0, size_t cols, float scale, float* s, size_t lds,
+                    const uint32_t* v = nullptr, size_t width = 0);
+void blocked_pv(const bf16* p, size_t ldp, size_t rows, size_t j0, size_t cols, const uint32_t* v,
+                size_t width, float* o, size_t ldo, const float* alpha, uint32_t* spare);
 }  // namespace amx
 
 }  // namespace headlight::attention::cpu::kernels

@@ -99,7 +99,15 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
     // The widening loops prefetch the tile's value rows into L2 for P·V when the rows are short
     // (kernels::RowsAhead; flash_dot-inl.h).
-    if (plan.blocked)
+    if (plan.amx_decode)
+      kernels::amx::blocked_scores(
+          reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
+          static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, 0)),
+          static_cast<size_t>(D / 2), static_cast<size_t>(j0), static_cast<size_t>(cols),
+          effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
+          plan.prefetch_rows ? reinterpret_cast<const uint32_t*>(p.v.bf16_at(b, g, 0)) : nullptr,
+          dv);
+    else if (plan.blocked)
       kernels::native::blocked_scores_bf16(
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
           static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, 0)),
@@ -147,7 +155,18 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
         kernels::native::round_tile_bf16(w.s, static_cast<size_t>(plan.bc_pad),
                                          static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
                                          w.pb, static_cast<size_t>(plan.bc_pad));
-      if (plan.blocked)
+      if (plan.amx_decode) {
+        // P as bf16 rows, zero up to the last 32-key step's end (its keys past cols).
+        for (int64_t r = 0; r < gr; ++r)
+          std::fill(w.pb + r * plan.bc_pad + cols_pad, w.pb + r * plan.bc_pad + round_up(cols, 32),
+                    bf16{});
+        kernels::amx::blocked_pv(
+            w.pb, static_cast<size_t>(plan.bc_pad), static_cast<size_t>(gr),
+            static_cast<size_t>(j0), static_cast<size_t>(cols),
+            reinterpret_cast<const uint32_t*>(p.v.bf16_at(b, g, 0)), dv, w.o,
+            static_cast<size_t>(plan.dv_pad), w.alpha,
+            reinterpret_cast<uint32_t*>(reinterpret_cast<float*>(w.pb) + plan.pb_floats - 16 * 64));
+      } else if (plan.blocked)
         kernels::native::blocked_pv_bf16(
             reinterpret_cast<const uint32_t*>(w.pb), static_cast<size_t>(plan.bc_pad / 2),
             static_cast<size_t>(gr), static_cast<size_t>(j0), static_cast<size_t>(cols),
@@ -195,8 +214,8 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         pack_queries(p, b, g * G + hg, i0, rows, w.q + hg * plan.br * D);
     }
   }
-  if (plan.amx) amx_configure_tiles();               // this worker's tiles, for this item
-  auto* q_pairs = reinterpret_cast<uint32_t*>(w.q);  // bf16: [G, br, pairs] words
+  if (plan.amx || plan.amx_decode) amx_configure_tiles();  // this worker's tiles, this item
+  auto* q_pairs = reinterpret_cast<uint32_t*>(w.q);        // bf16: [G, br, pairs] words
   // bf16: the softmax takes raw scores when nothing else needs them scaled (scale_after_softmax),
   // and writes P rounded to bf16 when nothing changes P after it (no dropout).
   const bool raw_scores = plan.bf16 && scale_in_softmax(p, plan);
