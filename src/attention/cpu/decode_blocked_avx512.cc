@@ -29,9 +29,9 @@
 // (docs/notes/2026-12-06-decode-overlap.md).
 //
 // Where the CPU wants it (Plan::prefetch_rows: Intel's cores) the scores prefetch into L2 the key
-// lines kDecodeAhead keys ahead and the tile's value lines at the same pace, so that P·V reads
-// them from L2: on Sapphire Rapids, 32 heads over 8, D = 128, 4,096 keys, 1.10–1.15 ms against
-// 0.95–1.03 with the prefetches.
+// lines kDecodeAhead keys ahead and the start of the tile's values (a quarter of the keys' pace;
+// the hardware prefetchers stream the rest): on Sapphire Rapids, 32 heads over 8, D = 128, 4,096
+// keys, 1.10–1.15 ms against 0.95–1.03 with the prefetches.
 //
 // Keys past the tile (a last group's or pair's other lanes) may hold anything: their scores are
 // replaced by −inf (the masks' padding), and the value half paired with no key is cleared before
@@ -57,7 +57,7 @@ HEADLIGHT_BF16_TARGET inline void BlockedScoresRows(const uint32_t* q, size_t ld
   const __m512 vs = _mm512_set1_ps(scale);
   for (size_t gi = 0; gi < groups; ++gi) {
     const uint32_t* g = groups_at + gi * pairs * 16;
-    if (v_ahead) {  // a group's lines kDecodeAhead keys on, and the values' lines as far in
+    if (v_ahead) {  // a group's lines kDecodeAhead keys on, and a quarter of its values' share
       const auto* kn = reinterpret_cast<const char*>(g + kDecodeAhead * pairs);
       const auto* vn = reinterpret_cast<const char*>(v_ahead) + gi * v_group_lines * 64;
       for (size_t x = 0; x < pairs * 64; x += 64) _mm_prefetch(kn + x, _MM_HINT_T1);
@@ -149,8 +149,8 @@ HEADLIGHT_BF16_TARGET void blocked_scores_bf16(const uint32_t* q, size_t ldq, si
                                                const uint32_t* k, size_t pairs, size_t j0,
                                                size_t cols, float scale, float* s, size_t lds,
                                                const uint32_t* v, size_t width) {
-  // The tile's values from key j0 (a multiple of 256) on: width / 2 words a key, contiguous over
-  // the tile's chunks; a group of 16 keys' share is 8 · width words (width / 8 lines).
+  // The tile's values from key j0 (a multiple of 256) on, contiguous over the tile's chunks: a
+  // quarter of the keys' pace (width / 8 of a group's width / 2 lines), as amx::blocked_scores.
   const uint32_t* v_ahead = v ? v + j0 * width / 2 : nullptr;
   const size_t v_group_lines = width / 8;
   const uint32_t* groups_at = k + (j0 / 16) * pairs * 16;

@@ -98,8 +98,8 @@ void decode_pv_bf16(const uint32_t* p, size_t ldp, size_t rows, size_t cols, con
 // k[j0 + c] for r < rows and c < cols rounded up to 16 (the lanes past cols are the group's other
 // keys, to be masked), q as pair words (leading dim ldq words), pairs = D / 2 a multiple of 16;
 // j0 a multiple of 16. With v (the head's blocked value region, width = Dv), the key lines
-// kDecodeAhead keys on and the tile's value lines are prefetched into L2 as the keys are scored
-// (Plan::prefetch_rows).
+// kDecodeAhead keys on and the first quarter of the tile's value lines are prefetched into L2 as
+// the keys are scored (Plan::prefetch_rows).
 void blocked_scores_bf16(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k,
                          size_t pairs, size_t j0, size_t cols, float scale, float* s, size_t lds,
                          const uint32_t* v = nullptr, size_t width = 0);

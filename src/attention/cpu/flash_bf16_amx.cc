@@ -197,7 +197,7 @@ HEADLIGHT_AMX_TARGET void BlockedScores(const uint32_t* q, size_t ldq, size_t ro
     float* sr = s + r * lds;
     for (size_t gi = 0; gi < groups; gi += 2) {
       const uint32_t* g = groups_at + gi * group_words;
-      if (r == 0 && v_ahead) {  // kDecodeAhead keys on, and the values of these two groups
+      if (r == 0 && v_ahead) {  // kDecodeAhead keys on, and a quarter of these groups' values
         const auto* kn = reinterpret_cast<const char*>(g + native::kDecodeAhead * pairs);
         for (size_t x = 0; x < 2 * pairs * 64; x += 64) _mm_prefetch(kn + x, _MM_HINT_T1);
         const char* vn = v_ahead + gi * v_group_lines * 64;
@@ -221,8 +221,11 @@ HEADLIGHT_AMX_TARGET void blocked_scores(const uint32_t* q, size_t ldq, size_t r
                                          size_t width) {
   const uint32_t* groups_at = k + (j0 / 16) * pairs * 16;
   const size_t groups = (cols + 15) / 16, rows16 = (rows + 15) / 16 * 16;
-  // The tile's values from key j0 (a multiple of 256) on: width / 2 words a key, contiguous over
-  // the tile's chunks; a group of 16 keys' share is width / 8 lines.
+  // The tile's values from key j0 (a multiple of 256) on, contiguous over the tile's chunks (a
+  // group of 16 keys' share is width / 2 lines): width / 8 lines a group are prefetched, a
+  // quarter of the keys' pace, so the first quarter of the tile's values is in L2 when P·V starts
+  // and the hardware prefetchers stream the rest behind it. The whole share measured no faster
+  // (Sapphire Rapids, 32 heads over 8, D = 128: 0.95 ms against 0.92; none: 0.94; 5 rounds).
   const char* v_ahead = v ? reinterpret_cast<const char*>(v + j0 * width / 2) : nullptr;
   switch (pairs / 16) {
     case 1:
