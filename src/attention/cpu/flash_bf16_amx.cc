@@ -108,6 +108,17 @@ HEADLIGHT_AMX_TARGET void Product(const void* a, size_t lda_bytes, size_t rows, 
   }
 }
 
+// o[r, :] ·= α[r] for r < rows (width a multiple of 16), before o is loaded into the accumulators.
+HEADLIGHT_AMX_TARGET void ScaleRows(float* o, size_t ldo, size_t rows, size_t width,
+                                    const float* alpha) {
+  for (size_t r = 0; r < rows; ++r) {
+    if (alpha[r] == 1.0f) continue;  // the row's maximum did not move (most rows, after a while)
+    const __m512 a = _mm512_set1_ps(alpha[r]);
+    for (size_t x = 0; x < width; x += 16)
+      _mm512_storeu_ps(o + r * ldo + x, _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + x), a));
+  }
+}
+
 }  // namespace
 
 bool available() {
@@ -138,13 +149,7 @@ HEADLIGHT_AMX_TARGET void qk_tile(const uint32_t* q, size_t ldq, size_t rows, co
 HEADLIGHT_AMX_TARGET void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs,
                                   const uint32_t* v, size_t ldv, size_t width, float* o, size_t ldo,
                                   const float* alpha) {
-  if (alpha)
-    for (size_t r = 0; r < rows; ++r) {
-      if (alpha[r] == 1.0f) continue;  // the row's maximum did not move (most rows, after a while)
-      const __m512 a = _mm512_set1_ps(alpha[r]);
-      for (size_t x = 0; x < width; x += 16)
-        _mm512_storeu_ps(o + r * ldo + x, _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + x), a));
-    }
+  if (alpha) ScaleRows(o, ldo, rows, width, alpha);
   // The scaling left the upper halves of the vector registers dirty, and the product below (a
   // tail call the compiler would make) touches none, so nothing else would clear them: without
   // this the caller's SSE code (the per-row epilogue, libm's log) ran at a fraction of its speed.
@@ -227,22 +232,11 @@ HEADLIGHT_AMX_TARGET void blocked_scores(const uint32_t* q, size_t ldq, size_t r
   // and the hardware prefetchers stream the rest behind it. The whole share measured no faster
   // (Sapphire Rapids, 32 heads over 8, D = 128: 0.95 ms against 0.92; none: 0.94; 5 rounds).
   const char* v_ahead = v ? reinterpret_cast<const char*>(v + j0 * width / 2) : nullptr;
-  switch (pairs / 16) {
-    case 1:
-      BlockedScores<1>(q, ldq, rows16, groups_at, groups, s, lds, v_ahead, width / 8);
-      break;
-    case 2:
-      BlockedScores<2>(q, ldq, rows16, groups_at, groups, s, lds, v_ahead, width / 8);
-      break;
-    case 3:
-      BlockedScores<3>(q, ldq, rows16, groups_at, groups, s, lds, v_ahead, width / 8);
-      break;
-    case 4:
-      BlockedScores<4>(q, ldq, rows16, groups_at, groups, s, lds, v_ahead, width / 8);
-      break;
-    default:
-      fail("amx::blocked_scores: pairs must be 16, 32, 48 or 64");
-  }
+  constexpr decltype(&BlockedScores<1>) kSteps[] = {BlockedScores<1>, BlockedScores<2>,
+                                                    BlockedScores<3>, BlockedScores<4>};
+  check(pairs % 16 == 0 && pairs >= 16 && pairs <= 64,
+        "amx::blocked_scores: pairs must be 16, 32, 48 or 64");
+  kSteps[pairs / 16 - 1](q, ldq, rows16, groups_at, groups, s, lds, v_ahead, width / 8);
   const __m512 vs = _mm512_set1_ps(scale);
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < groups * 16; c += 16)
@@ -253,13 +247,7 @@ HEADLIGHT_AMX_TARGET void blocked_scores(const uint32_t* q, size_t ldq, size_t r
 HEADLIGHT_AMX_TARGET void blocked_pv(const bf16* p, size_t ldp, size_t rows, size_t j0, size_t cols,
                                      const uint32_t* v, size_t width, float* o, size_t ldo,
                                      const float* alpha, uint32_t* spare) {
-  if (alpha)
-    for (size_t r = 0; r < rows; ++r) {
-      if (alpha[r] == 1.0f) continue;
-      const __m512 a = _mm512_set1_ps(alpha[r]);
-      for (size_t x = 0; x < width; x += 16)
-        _mm512_storeu_ps(o + r * ldo + x, _mm512_mul_ps(_mm512_loadu_ps(o + r * ldo + x), a));
-    }
+  if (alpha) ScaleRows(o, ldo, rows, width, alpha);
   const size_t rows16 = (rows + 15) / 16 * 16, w = width % 64 == 0 ? 64 : 32, slabs = width / w;
   for (size_t c0 = j0; c0 < j0 + cols; c0 += 256) {
     const size_t keys = std::min<size_t>(256, j0 + cols - c0), whole = keys / 32, rest = keys % 32;

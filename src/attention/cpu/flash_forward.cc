@@ -99,16 +99,8 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
     // The widening loops prefetch the tile's value rows into L2 for P·V when the rows are short
     // (kernels::RowsAhead; flash_dot-inl.h).
-    if (plan.amx_decode)
-      kernels::amx::blocked_scores(
-          reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
-          static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, 0)),
-          static_cast<size_t>(D / 2), static_cast<size_t>(j0), static_cast<size_t>(cols),
-          effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
-          plan.prefetch_rows ? reinterpret_cast<const uint32_t*>(p.v.bf16_at(b, g, 0)) : nullptr,
-          dv);
-    else if (plan.blocked)
-      kernels::native::blocked_scores_bf16(
+    if (plan.blocked)  // on AMX tiles, or vdpbf16ps for one row a key/value head
+      (plan.amx_decode ? kernels::amx::blocked_scores : kernels::native::blocked_scores_bf16)(
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
           static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, 0)),
           static_cast<size_t>(D / 2), static_cast<size_t>(j0), static_cast<size_t>(cols),
