@@ -22,7 +22,10 @@
 // Sapphire Rapids vdpbf16ps issues every other cycle, so with 4 query rows a key/value head its
 // loops took about as long as the memory; 32 heads over 8, D = 128, 4,096 keys: 0.97 → 0.81–0.84
 // ms, and 4 query rows each (16 a group) 2.14 → 0.96. One row per key/value head uses a sixteenth
-// of each tile and stays on vdpbf16ps (12 heads, D = 64: 0.29 against 0.32 ms).
+// of each tile and stays on vdpbf16ps (12 heads, D = 64: 0.29 against 0.32 ms). With the
+// arithmetic gone, what remains is how many lines a core has in flight: the scores prefetch one
+// line a 4 KB page of the keys ahead and of the tile's values (native::kPageBytes) and leave the
+// rest of each page to the hardware prefetchers, 0.83–0.88 → 0.76–0.80 ms.
 
 #include <algorithm>
 #include <cstring>
@@ -195,18 +198,20 @@ HEADLIGHT_AMX_TARGET inline void LoadQueryTiles(const uint32_t* q, size_t ldq_by
 template <size_t S>
 HEADLIGHT_AMX_TARGET void BlockedScores(const uint32_t* q, size_t ldq, size_t rows16,
                                         const uint32_t* groups_at, size_t groups, float* s,
-                                        size_t lds, const char* v_ahead, size_t v_group_lines) {
+                                        size_t lds, const char* v_ahead, size_t v_group_bytes) {
   const size_t group_words = S * 256, pairs = S * 16;
   for (size_t r = 0; r < rows16; r += 16) {
     LoadQueryTiles<S>(q + r * ldq, ldq * sizeof(uint32_t));
     float* sr = s + r * lds;
     for (size_t gi = 0; gi < groups; gi += 2) {
       const uint32_t* g = groups_at + gi * group_words;
-      if (r == 0 && v_ahead) {  // kDecodeAhead keys on, and a quarter of these groups' values
+      if (r == 0 && v_ahead) {  // a line a page: keys kDecodeAhead on, these groups' values
         const auto* kn = reinterpret_cast<const char*>(g + native::kDecodeAhead * pairs);
-        for (size_t x = 0; x < 2 * pairs * 64; x += 64) _mm_prefetch(kn + x, _MM_HINT_T1);
-        const char* vn = v_ahead + gi * v_group_lines * 64;
-        for (size_t x = 0; x < 2 * v_group_lines * 64; x += 64) _mm_prefetch(vn + x, _MM_HINT_T1);
+        for (size_t x = 0; x < 2 * pairs * 64; x += native::kPageBytes)
+          _mm_prefetch(kn + x, _MM_HINT_T1);
+        const char* vn = v_ahead + gi * v_group_bytes;
+        for (size_t x = 0; x < 2 * v_group_bytes; x += native::kPageBytes)
+          _mm_prefetch(vn + x, _MM_HINT_T1);
       }
       HEADLIGHT_GROUP_SCORES(0, S, g);
       _tile_stored(0, sr + gi * 16, lds * sizeof(float));
@@ -226,17 +231,14 @@ HEADLIGHT_AMX_TARGET void blocked_scores(const uint32_t* q, size_t ldq, size_t r
                                          size_t width) {
   const uint32_t* groups_at = k + (j0 / 16) * pairs * 16;
   const size_t groups = (cols + 15) / 16, rows16 = (rows + 15) / 16 * 16;
-  // The tile's values from key j0 (a multiple of 256) on, contiguous over the tile's chunks (a
-  // group of 16 keys' share is width / 2 lines): width / 8 lines a group are prefetched, a
-  // quarter of the keys' pace, so the first quarter of the tile's values is in L2 when P·V starts
-  // and the hardware prefetchers stream the rest behind it. The whole share measured no faster
-  // (Sapphire Rapids, 32 heads over 8, D = 128: 0.95 ms against 0.92; none: 0.94; 5 rounds).
+  // The tile's values from key j0 (a multiple of 256) on, contiguous over the tile's chunks: a
+  // group of 16 keys' share is 32 · width bytes.
   const char* v_ahead = v ? reinterpret_cast<const char*>(v + j0 * width / 2) : nullptr;
   constexpr decltype(&BlockedScores<1>) kSteps[] = {BlockedScores<1>, BlockedScores<2>,
                                                     BlockedScores<3>, BlockedScores<4>};
   check(pairs % 16 == 0 && pairs >= 16 && pairs <= 64,
         "amx::blocked_scores: pairs must be 16, 32, 48 or 64");
-  kSteps[pairs / 16 - 1](q, ldq, rows16, groups_at, groups, s, lds, v_ahead, width / 8);
+  kSteps[pairs / 16 - 1](q, ldq, rows16, groups_at, groups, s, lds, v_ahead, 32 * width);
   const __m512 vs = _mm512_set1_ps(scale);
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < groups * 16; c += 16)
