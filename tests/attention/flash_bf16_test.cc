@@ -554,7 +554,7 @@ TEST(FlashBf16, DecodeFromACacheOfAnyLayout) {
 }
 
 TEST(FlashBf16, StructuralLimitsInTheSoftmaxGiveTheMaskedBits) {
-  // On a tile cut by the causal diagonal or the key lengths alone, the vdpbf16ps softmax (and the
+  // On a tile cut by the causal diagonal or the key lengths alone, the native softmax (and the
   // backward's P, on either engine) takes each row's last key as a limit instead of reading scores
   // made −inf by the masks. An all-allowed boolean mask forces the mask pass on every tile: the
   // same bits, forward and backward, top-left and bottom-right, with key lengths and a right

@@ -255,10 +255,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
-    // The vdpbf16ps softmax takes a causal tile's structural masks as the rows' limits (no mask
-    // pass, no exponentials past a row's last key; the same bits). The rows' limits are the same
-    // for every head of the group.
-    const bool limits = plan.native_softmax && !plan.amx && round_in_softmax && !stats &&
+    // The native softmax (both engines) takes a causal tile's structural masks as the rows'
+    // limits (no mask pass, no exponentials past a row's last key; the same bits). The rows'
+    // limits are the same for every head of the group. On AMX (the products still cover the
+    // whole tile): N = 2048, D = 64 causal 4.53–4.69 → 4.32–4.55 ms, N = 512 2–5% less.
+    const bool limits = plan.native_softmax && round_in_softmax && !stats &&
                         row_limits(p, {b, g * G, i0, rows, j0, cols, partial}, w.argcol);
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = g * G + hg;
