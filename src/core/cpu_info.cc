@@ -107,6 +107,12 @@ void force_isa(std::string_view isa) {
   // Highway numbers better targets with lower bits: disable every bit below the limit.
   hwy::DisableTargets(limit == 0 ? 0 : (limit - 1) & ~HWY_SCALAR);
   native_bf16.store(limit == 0 ? 2 : limit == HWY_AVX3 ? bf16_level - 1 : 0);
+  // DisableTargets leaves the choice to the next HWY_DYNAMIC_DISPATCH, which makes it through
+  // SupportedTargets, and that call points dispatch at every target for a moment before the
+  // choice is stored: a second thread dispatching then ran the best target (one in three runs of
+  // a two-thread test on the scalar path). Choosing here, on the calling thread, leaves nothing
+  // for concurrent first calls to race on.
+  allowed_targets();
 }
 
 bool native_bf16_allowed() {
