@@ -137,12 +137,14 @@ void product(const bf16* a, size_t lda, size_t rows, const uint32_t* b, size_t l
 // and blocked_pv_bf16's contracts (prefetching a line a page, kPageBytes) with these differences:
 // the tiles read and write whole blocks of 16 rows, so q, s, p and o hold rows up to `rows` rounded
 // up to 16 (those past `rows` are junk, never read); p is bf16 rows (leading dim ldp elements),
-// zero from key cols up to cols rounded up to 32; spare is 16 × 64 words of scratch.
+// zero from key cols up to cols rounded up to 32; spare is kBlockedSpareWords of scratch.
 void blocked_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, size_t pairs,
                     size_t j0, size_t cols, float scale, float* s, size_t lds,
                     const uint32_t* v = nullptr, size_t width = 0);
 void blocked_pv(const bf16* p, size_t ldp, size_t rows, size_t j0, size_t cols, const uint32_t* v,
                 size_t width, float* o, size_t ldo, const float* alpha, uint32_t* spare);
+// blocked_pv's spare: one step's value pairs, 16 key pairs × at most 64 words.
+constexpr size_t kBlockedSpareWords = 16 * 64;
 }  // namespace amx
 
 }  // namespace headlight::attention::cpu::kernels

@@ -97,8 +97,8 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
     // Entirely allowed structurally for every row?  Rows' lo and hi are monotone, so the first
     // row has the smallest hi and the last row the largest lo.
     const bool partial = !(last.lo <= j0 && first.hi >= j0 + cols - 1);
-    // The widening loops prefetch the tile's value rows into L2 for P·V when the rows are short
-    // (kernels::RowsAhead; flash_dot-inl.h).
+    // The widening loops prefetch the tile's value rows into L2 for P·V when the rows are short,
+    // or always where plan.prefetch_rows (kernels::RowsAhead; flash_dot-inl.h).
     if (plan.blocked)  // on AMX tiles, or vdpbf16ps for one row a key/value head
       (plan.amx_decode ? kernels::amx::blocked_scores : kernels::native::blocked_scores_bf16)(
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
@@ -157,7 +157,8 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
             static_cast<size_t>(j0), static_cast<size_t>(cols),
             reinterpret_cast<const uint32_t*>(p.v.bf16_at(b, g, 0)), dv, w.o,
             static_cast<size_t>(plan.dv_pad), w.alpha,
-            reinterpret_cast<uint32_t*>(reinterpret_cast<float*>(w.pb) + plan.pb_floats - 16 * 64));
+            reinterpret_cast<uint32_t*>(reinterpret_cast<float*>(w.pb) + plan.pb_floats -
+                                        kernels::amx::kBlockedSpareWords));
       } else if (plan.blocked)
         kernels::native::blocked_pv_bf16(
             reinterpret_cast<const uint32_t*>(w.pb), static_cast<size_t>(plan.bc_pad / 2),

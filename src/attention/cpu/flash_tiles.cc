@@ -436,11 +436,11 @@ Plan make_plan(const AttentionParams& p) {
     plan.pb_floats = static_cast<size_t>(round_up(static_cast<int64_t>(br * bc / 2), 16));
   }
   // On vdpbf16ps: the group's probabilities rounded for decode_pv_bf16; on AMX, the group's rows
-  // in whole tiles of 16, and 16 × 64 words after pb for a short last step's values.
+  // in whole tiles of 16, and blocked_pv's spare after pb for a short last step's values.
   const size_t gr = plan.amx_decode ? static_cast<size_t>(round_up(G * br, 16)) : G * br;
   if (plan.native_decode) plan.pb_floats = static_cast<size_t>(round_up(gr * bc / 2, 16));
   if (plan.amx_decode) {
-    plan.pb_floats += 16 * 64;
+    plan.pb_floats += kernels::amx::kBlockedSpareWords;
     plan.q_floats = std::max(plan.q_floats, gr * D / 2);
   }
   plan.s_floats = gr * bc;  // one head's tile, or (keys in place) the whole group's
