@@ -59,25 +59,29 @@ TEST(FlashBf16, LongKeysTakeLargerRowBlocks) {
   // From kLongKeys (16,384) keys up the bf16 items hold more query rows (256 on AMX, 240 on
   // vdpbf16ps and the widened path): 250 rows make one whole item and one of 10 rows, 16,400 keys
   // a last key block of 16; two query heads share a key/value head. Without a mask and causal
-  // aligned bottom-right (row i sees keys up to i + 16,150).
-  const AttentionShape shape{1, 2, 1, 250, 16400, 24, 24};
-  for (const bool causal : {false, true}) {
-    SCOPED_TRACE(causal ? "causal" : "no mask");
-    const AttentionOptions options{.causal = causal, .alignment = Alignment::bottom_right};
-    Bf16Problem ref(shape, 53);
-    AttentionParams pr = ref.params(options, false);
-    reference::forward(pr);
-    for (const char* isa : {"best", "avx3_bf16", "avx3"}) {
-      force_isa(isa);
-      SCOPED_TRACE(::testing::Message() << "isa " << isa << " -> " << cpu::flash_target());
-      ThreadContext ctx(2);
-      Bf16Problem fused(shape, 53);
-      cpu::flash_forward(ctx, fused.params(options, false));
-      EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
-      EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), kRowTol);
+  // aligned bottom-right (row i sees keys up to i + 16,150). On AMX also from 1 MiB of one
+  // key/value head's K and V up (kLongKvBytes): 4,100 keys at D = 128, 300 rows (an item of 256
+  // and one of 44), a last key block of 4.
+  for (const AttentionShape& shape :
+       {AttentionShape{1, 2, 1, 250, 16400, 24, 24}, AttentionShape{1, 1, 1, 300, 4100, 128, 128}})
+    for (const bool causal : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (causal ? "causal" : "no mask") << ", " << shape.len_kv << " keys");
+      const AttentionOptions options{.causal = causal, .alignment = Alignment::bottom_right};
+      Bf16Problem ref(shape, 53);
+      AttentionParams pr = ref.params(options, false);
+      reference::forward(pr);
+      for (const char* isa : {"best", "avx3_bf16", "avx3"}) {
+        force_isa(isa);
+        SCOPED_TRACE(::testing::Message() << "isa " << isa << " -> " << cpu::flash_target());
+        ThreadContext ctx(2);
+        Bf16Problem fused(shape, 53);
+        cpu::flash_forward(ctx, fused.params(options, false));
+        EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+        EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), kRowTol);
+      }
+      force_isa("best");
     }
-    force_isa("best");
-  }
 }
 
 TEST(FlashBf16, MatchesTheReferenceOnTheBf16ValuesForEveryOption) {

@@ -376,6 +376,11 @@ bool decode_native_more_rows(const AttentionParams& p) {
   return decode_native_bf16(p) && !kernels::amx::available();
 }
 
+bool long_kv_amx(const AttentionShape& sh) {
+  const int64_t kv_bytes = sh.len_kv * (sh.head_dim + sh.value_dim) * int64_t{sizeof(bf16)};
+  return sh.len_kv >= kLongKeys || kv_bytes >= kLongKvBytes;
+}
+
 Plan make_plan(const AttentionParams& p) {
   const AttentionShape& sh = p.shape;
   Plan plan;
@@ -413,10 +418,7 @@ Plan make_plan(const AttentionParams& p) {
   // AMX: whole 16-row tiles; 64 rows (two 2 × 2 tile blocks) without a band, 48 with one (its
   // diagonal tiles waste less).
   if (plan.amx)
-    plan.br = std::min<int64_t>(sh.len_kv >= kLongKeys ? 256
-                                : banded               ? 48
-                                                       : 64,
-                                round_up(sh.len_q, 16));
+    plan.br = std::min<int64_t>(long_kv_amx(sh) ? 256 : banded ? 48 : 64, round_up(sh.len_q, 16));
   else if (plan.bf16 && !plan.in_place_bf16 && sh.len_kv >= kLongKeys)
     plan.br = std::min(kLongKeyRowsNative, sh.len_q);  // vdpbf16ps or widened
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);

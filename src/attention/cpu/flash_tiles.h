@@ -26,6 +26,11 @@ constexpr int64_t kLongRows = 1024;
 // AMX: from this many keys up, 256 query rows per item, so that each key tile read from memory
 // serves more rows (K and V no longer fit in the caches; the causal diagonal waste is negligible).
 constexpr int64_t kLongKeys = 16384;
+// ... or from this many bytes of one key/value head's K and V up (long_kv_amx), half the L2 of a
+// Sapphire Rapids core: each 64-row item had streamed them from L3, and the tile loads waited on
+// it. N = 8192, one head: D = 128 24.1–24.8 → 19.8–20.0 ms, causal 13.4–13.6 → 10.7–10.9; D = 64
+// 15.5–16.6 → 13.9–14.5 (docs/notes/2026-12-06-amx-forward-rows.md).
+constexpr int64_t kLongKvBytes = int64_t{1} << 20;
 // The same for bf16 without AMX: 240 rows (whole 6-row register blocks of the vdpbf16ps tiles).
 // On Zen 4, causal at 262,144 tokens: 311 GFLOP/s with 48 rows, 342 with 144, 351 with 240; no
 // change at 16,384 and 32,768 (docs/notes/2026-12-05-bf16-without-amx.md).
@@ -296,6 +301,8 @@ void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g
                 float* dst);
 
 // Tile sizes and scratch for one call on p.
+// AMX: 256 query rows per item (kLongKeys, kLongKvBytes).
+bool long_kv_amx(const AttentionShape& sh);
 Plan make_plan(const AttentionParams& p);
 
 // Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
