@@ -84,6 +84,30 @@ TEST(FlashBf16, LongKeysTakeLargerRowBlocks) {
     }
 }
 
+TEST(FlashBf16, NanStaysInTheRowsThatSeeIt) {
+  // Causal, 2 heads of 70 rows: in head 0 key 5 is NaN (rows 5 on see it, rows 0-4 must stay
+  // numbers), in head 1 query row 0 is (its one key's score is NaN beside the causal −inf ones,
+  // which pass A's vmaxps may keep in its place: the row must still come out NaN).
+  const AttentionShape shape{1, 2, 2, 70, 70, 32, 32};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for_each_path([&] {
+    ThreadContext ctx(2);
+    Bf16Problem x(shape, 71);
+    for (int64_t e = 0; e < shape.head_dim; ++e) {
+      x.k[5 * shape.head_dim + e] = to_bf16(nan);                  // head 0, key 5
+      x.q[(shape.len_q + 0) * shape.head_dim + e] = to_bf16(nan);  // head 1, row 0
+    }
+    cpu::flash_forward(ctx, x.params({.causal = true}, false));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < shape.len_q; ++i) {
+        const bool want_nan = h == 0 ? i >= 5 : i == 0;
+        const float* row = x.f.out.data() + (h * shape.len_q + i) * shape.value_dim;
+        for (int64_t e = 0; e < shape.value_dim; ++e)
+          ASSERT_EQ(std::isnan(row[e]), want_nan) << "head " << h << " row " << i << " col " << e;
+      }
+  });
+}
+
 TEST(FlashBf16, MatchesTheReferenceOnTheBf16ValuesForEveryOption) {
   for_each_path([] {
     ThreadContext ctx(2);

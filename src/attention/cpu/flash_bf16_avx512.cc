@@ -210,6 +210,28 @@ HEADLIGHT_BF16_TARGET inline __m512 Exp2(__m512 t) {
   return _mm512_maskz_scalef_ps(keep, p, t);
 }
 
+// Lane r of the result = the maximum of v[r]'s 16 lanes: four levels, each halving the vectors
+// by pairing blocks (vshuff32x4, then vshufps within blocks) and taking the maxima, 45
+// instructions for 16 rows where one row's own reduction takes about eight; the last level leaves
+// the rows in the order kRows, which one permutation undoes.
+HEADLIGHT_BF16_TARGET inline __m512 RowMaxima(const __m512* v) {
+  __m512 t[8], u[4], w[2];
+  for (int i = 0; i < 8; ++i)  // blocks [row i: 2, row i + 8: 2], each a partial of 4 lanes
+    t[i] = _mm512_max_ps(_mm512_shuffle_f32x4(v[i], v[i + 8], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_f32x4(v[i], v[i + 8], _MM_SHUFFLE(3, 2, 3, 2)));
+  for (int i = 0; i < 4; ++i)  // blocks [rows i, i + 8, i + 4, i + 12], 4 lanes each
+    u[i] = _mm512_max_ps(_mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(t[i], t[i + 4], _MM_SHUFFLE(3, 1, 3, 1)));
+  for (int i = 0; i < 2; ++i)  // per block, two rows of 2 lanes
+    w[i] = _mm512_max_ps(_mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 z = _mm512_max_ps(_mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                 _mm512_shuffle_ps(w[0], w[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // Lane l of z holds row kRows[l]; the permutation is its own inverse.
+  const __m512i kRows = _mm512_setr_epi32(0, 2, 1, 3, 8, 10, 9, 11, 4, 6, 5, 7, 12, 14, 13, 15);
+  return _mm512_permutexvar_ps(kRows, z);
+}
+
 HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
                                         float* l, float* alpha, float scale, bf16* pb, size_t ldpb,
                                         const int32_t* row_cols) {
@@ -234,26 +256,27 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     if (c >= lim) return vninf;
     return _mm512_mask_loadu_ps(vninf, static_cast<__mmask16>((1u << (lim - c)) - 1), row + c);
   };
-  // A: per row, the tile maximum (scaled) and whether a NaN is present (one unordered compare
-  // checks two vectors).
-  for (size_t r = 0; r < rows; ++r) {
-    const float* row = s + r * lds;
-    const size_t lim = limit(r);
-    __m512 vmax0 = vninf, vmax1 = vmax0;
-    __mmask16 nan = 0;
-    size_t c = 0;
-    for (; c + 32 <= lim; c += 32) {
-      const __m512 x0 = _mm512_loadu_ps(row + c), x1 = _mm512_loadu_ps(row + c + 16);
-      vmax0 = _mm512_max_ps(vmax0, x0);
-      vmax1 = _mm512_max_ps(vmax1, x1);
-      nan |= _mm512_cmp_ps_mask(x0, x1, _CMP_UNORD_Q);
+  // A: per row, the tile maximum (scaled), 16 rows at a time: each row's lanes, then the 16
+  // vectors reduced together (RowMaxima). A NaN score may or may not come through vmaxps (it
+  // returns its second operand when either is NaN); pass C finds it in the sums (below).
+  for (size_t r0 = 0; r0 < rows; r0 += 16) {
+    __m512 lanes[16];
+    for (size_t k = 0; k < 16; ++k) {
+      const size_t r = r0 + k;
+      __m512 vmax0 = vninf, vmax1 = vmax0;
+      if (r < rows) {
+        const float* row = s + r * lds;
+        const size_t lim = limit(r);
+        size_t c = 0;
+        for (; c + 32 <= lim; c += 32) {
+          vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + c));
+          vmax1 = _mm512_max_ps(vmax1, _mm512_loadu_ps(row + c + 16));
+        }
+        for (; c < lim; c += 16) vmax0 = _mm512_max_ps(vmax0, x_at(row, c, lim));
+      }
+      lanes[k] = _mm512_max_ps(vmax0, vmax1);
     }
-    for (; c < lim; c += 16) {
-      const __m512 x = x_at(row, c, lim);
-      vmax0 = _mm512_max_ps(vmax0, x);
-      nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
-    }
-    tile_max[r] = nan ? qnan : _mm512_reduce_max_ps(_mm512_max_ps(vmax0, vmax1)) * scale;
+    _mm512_store_ps(tile_max + r0, _mm512_mul_ps(RowMaxima(lanes), _mm512_set1_ps(scale)));
   }
   // B: 16 rows at a time, the new maxima and α = 2^(m·log2 e − m'·log2 e) (the products rounded
   // as in C); a NaN in either makes both NaN, and α = 1 while no key is allowed.
@@ -281,13 +304,24 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     const float mn = m_new[r];
     auto* out = reinterpret_cast<char*>(pb + r * ldpb);
     float* lr = l + r * 16;
+    const size_t lim = limit(r);
     if (mn == ninf) {  // no allowed key yet: P = 0, and the sums stay (α = 1)
       for (size_t c = 0; c < cols; c += 16)
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), _mm256_setzero_si256());
+      // ... unless a NaN score hid behind the −inf ones in pass A's maximum (a rare row: read
+      // again whole).
+      __mmask16 nan = 0;
+      for (size_t c = 0; c < lim; c += 16) {
+        const __m512 x = x_at(row, c, lim);
+        nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+      }
+      if (nan) {
+        m[r] = alpha[r] = qnan;
+        _mm512_storeu_ps(lr, _mm512_set1_ps(qnan));
+      }
       continue;
     }
     const __m512 vml = _mm512_set1_ps(mn * kLog2e);
-    const size_t lim = limit(r);
     auto p_full = [&](size_t c) HEADLIGHT_BF16_TARGET {  // a vector before the limit
       return Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
     };
@@ -320,6 +354,13 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), (__m256i)_mm512_cvtneps_pbh(p0));
     }
     const __m512 sum = _mm512_add_ps(_mm512_add_ps(sum0, sum1), _mm512_add_ps(sum2, sum3));
+    // A NaN score makes its P NaN, and so the sums (as does an infinite score: ∞ − ∞). The row
+    // is then NaN, as when pass A's maximum is: m, α and every lane of l (O follows through α).
+    if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
+      m[r] = alpha[r] = qnan;
+      _mm512_storeu_ps(lr, _mm512_set1_ps(qnan));
+      continue;
+    }
     _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr), sum));
   }
 }
