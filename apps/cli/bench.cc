@@ -1,4 +1,8 @@
-// headlight bench peak | matmul: FLOP rates as a fraction of the FMA peak measured in the same run.
+// headlight bench peak | matmul | amx | …: FLOP rates as a fraction of the peak measured in the
+// same run, and (amx) what the AMX tile operations cost.
+
+#include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -122,6 +126,55 @@ void add_bench_matmul(CLI::App& bench) {
   });
 }
 
+void add_bench_amx(CLI::App& bench) {
+  struct AmxArgs {
+    int repeats = 7;
+    bool json = false;
+  };
+  auto args = std::make_shared<AmxArgs>();
+  auto* amx = bench.add_subcommand(
+      "amx", "What AMX tile operations cost on this core (one thread, ns per operation)");
+  positive(amx->add_option("--repeats", args->repeats, "Repeats (the median is reported)")
+               ->capture_default_str());
+  amx->add_flag("--json", args->json, "Machine-readable output");
+  amx->callback([args] {
+    const bench::AmxCostReport r = bench::measure_amx_costs(args->repeats);
+    struct Row {
+      const char *key, *label;
+      double ns;
+    };
+    const std::vector<Row> rows = {
+        {"product_ns", "product (tdpbf16ps, 4 accumulators in turn)", r.product_ns},
+        {"load_l1_ns", "tile load from L1 (8 KiB stream)", r.load_l1_ns},
+        {"load_l2_ns", "tile load from L2 (1 MiB stream)", r.load_l2_ns},
+        {"store_l1_ns", "tile store into L1", r.store_l1_ns},
+        {"store_l2_ns", "tile store into L2", r.store_l2_ns},
+        {"block_ns", "2x2 block, per product (its loads from L1)", r.block_ns},
+        {"block_stores_ns", "2x2 block with its 4 stores, per product", r.block_stores_ns},
+        {"vector_ns", "vector work: a softmax row's worth (16 vectors)", r.vector_ns},
+        {"step_l1_ns", "step: 4 products, 6 tile loads from L1", r.step_l1_ns},
+        {"separate_l1_ns", "a row and an L1 step, as two loops", r.separate_l1_ns},
+        {"interleaved_l1_ns", "a row and an L1 step, interleaved", r.interleaved_l1_ns},
+        {"step_l2_ns", "step: 4 products, 6 tile loads from L2", r.step_l2_ns},
+        {"separate_l2_ns", "a row and an L2 step, as two loops", r.separate_l2_ns},
+        {"interleaved_l2_ns", "a row and an L2 step, interleaved", r.interleaved_l2_ns}};
+    if (args->json) {
+      nlohmann::json j{{"available", r.available}, {"repeats", args->repeats}};
+      for (const Row& row : rows) j[row.key] = row.ns;
+      fmt::print("{}\n", j.dump(2));
+      return;
+    }
+    if (!r.available) {
+      fmt::print("AMX: not available on this CPU (or not granted by the kernel)\n");
+      return;
+    }
+    fmt::print("AMX tile operations, one thread, medians of {} (ns; x: in products' time)\n",
+               args->repeats);
+    for (const Row& row : rows)
+      fmt::print("  {:<48} {:8.2f} ns  {:5.2f}x\n", row.label, row.ns, row.ns / r.product_ns);
+  });
+}
+
 }  // namespace
 
 void add_bench_showcase(CLI::App& bench) {
@@ -185,6 +238,7 @@ void add_bench(CLI::App& app) {
   add_bench_bandwidth(*bench);
   add_bench_matmul(*bench);
   add_bench_showcase(*bench);
+  add_bench_amx(*bench);
 }
 
 void add_bench_attention(CLI::App& bench) {

@@ -37,3 +37,34 @@ def test_a_forward_shape_reports_no_read_rates():
         capture_output=True, text=True, timeout=120, check=True)
     d = json.loads(r.stdout)
     assert "kv_read_gbytes_per_second" not in d and "fraction_of_kv_read" not in d
+
+
+def _cpu_has_amx():
+    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
+    return "amx_bf16" in flags and "amx_tile" in flags
+
+
+def test_amx_costs_are_measured_where_the_cpu_has_amx():
+    r = subprocess.run([str(CLI), "bench", "amx", "--repeats", "1", "--json"],
+                       capture_output=True, text=True, timeout=120, check=True)
+    d = json.loads(r.stdout)
+    costs = {k: v for k, v in d.items() if k.endswith("_ns")}
+    assert len(costs) == 14
+    if not d["available"]:
+        assert not _cpu_has_amx()
+        assert all(v == 0 for v in costs.values())
+        return
+    assert _cpu_has_amx()
+    assert all(0 < v < 10_000 for v in costs.values()), costs  # ns per operation
+    # A 2 x 2 block's product cannot beat the product loop it is made of, by more than noise.
+    assert d["block_ns"] > 0.5 * d["product_ns"]
+    text = subprocess.run([str(CLI), "bench", "amx", "--repeats", "1"], capture_output=True,
+                          text=True, timeout=120, check=True).stdout
+    assert "tile store into L2" in text
+
+
+def test_amx_costs_refuse_a_bad_repeat_count_by_name():
+    r = subprocess.run([str(CLI), "bench", "amx", "--repeats", "0"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--repeats" in r.stderr

@@ -49,6 +49,25 @@ struct BandwidthReport {
 
 BandwidthReport measure_bandwidth(int threads, int64_t mib = 512);
 
+// What AMX tile operations cost on this core, one thread, ns per operation (medians of
+// `repeats`; src/bench/amx_costs.cc has the patterns). available: AMX is there and usable (else
+// the rest is zero).
+struct AmxCostReport {
+  bool available = false;
+  double product_ns = 0;                    // one tdpbf16ps, four accumulators in turn
+  double load_l1_ns = 0, load_l2_ns = 0;    // one tile load, streaming over 8 KiB / 1 MiB
+  double store_l1_ns = 0, store_l2_ns = 0;  // one tile store, the same
+  double block_ns = 0;         // a 2 × 2 block's product, its tile loads from L1 included
+  double block_stores_ns = 0;  // the same with the block's 4 tile stores
+  double vector_ns = 0;        // a softmax row's worth of AVX-512 work (16 vectors)
+  // A step of products (4 products, 6 tile loads from L1 / L2), and a row and a step as two loops
+  // or interleaved, per pair.
+  double step_l1_ns = 0, separate_l1_ns = 0, interleaved_l1_ns = 0;
+  double step_l2_ns = 0, separate_l2_ns = 0, interleaved_l2_ns = 0;
+};
+
+AmxCostReport measure_amx_costs(int repeats = 7);
+
 // fused: the flash kernel; reference: the specification; unfused: the classic path of dense
 // products through oneDNN and a softmax over materialised scores (256-row query blocks).
 enum class AttentionKernel { fused, reference, unfused };
