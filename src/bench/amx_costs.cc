@@ -74,21 +74,24 @@ HEADLIGHT_AMX_COSTS_TARGET void products(int iters) {
   }
 }
 
-HEADLIGHT_AMX_COSTS_TARGET void loads(const Tiles& t, int count) {
-  for (int i = 0; i < count; i += 4) {
-    _tile_loadd(4, t.at(i), 64);
-    _tile_loadd(5, t.at(i + 1), 64);
-    _tile_loadd(6, t.at(i + 2), 64);
-    _tile_loadd(7, t.at(i + 3), 64);
-  }
-}
+// Tile T loaded from p, or stored to it (the tile intrinsics take their tile as a literal, hence
+// the macro).
+#define HEADLIGHT_TILE_IO(kStore, T, p) \
+  do {                                  \
+    if constexpr (kStore)               \
+      _tile_stored(T, (p), 64);         \
+    else                                \
+      _tile_loadd(T, (p), 64);          \
+  } while (false)
 
-HEADLIGHT_AMX_COSTS_TARGET void stores(const Tiles& t, int count) {
+// count tile loads (or stores) streaming over t, into (from) tiles 4-7.
+template <bool kStore>
+HEADLIGHT_AMX_COSTS_TARGET void stream(const Tiles& t, int count) {
   for (int i = 0; i < count; i += 4) {
-    _tile_stored(4, t.at(i), 64);
-    _tile_stored(5, t.at(i + 1), 64);
-    _tile_stored(6, t.at(i + 2), 64);
-    _tile_stored(7, t.at(i + 3), 64);
+    HEADLIGHT_TILE_IO(kStore, 4, t.at(i));
+    HEADLIGHT_TILE_IO(kStore, 5, t.at(i + 1));
+    HEADLIGHT_TILE_IO(kStore, 6, t.at(i + 2));
+    HEADLIGHT_TILE_IO(kStore, 7, t.at(i + 3));
   }
 }
 
@@ -188,10 +191,10 @@ AmxCostReport measure_amx_costs(int repeats) {
   _tile_loadd(6, l1.at(2), 64);
   _tile_loadd(7, l1.at(3), 64);
   r.product_ns = median_ns(repeats, 4.0 * kReps, [] { products(kReps); });
-  r.load_l1_ns = median_ns(repeats, kReps, [&] { loads(l1, kReps); });
-  r.load_l2_ns = median_ns(repeats, kReps, [&] { loads(l2, kReps); });
-  r.store_l1_ns = median_ns(repeats, kReps, [&] { stores(l1, kReps); });
-  r.store_l2_ns = median_ns(repeats, kReps, [&] { stores(l2, kReps); });
+  r.load_l1_ns = median_ns(repeats, kReps, [&] { stream<false>(l1, kReps); });
+  r.load_l2_ns = median_ns(repeats, kReps, [&] { stream<false>(l2, kReps); });
+  r.store_l1_ns = median_ns(repeats, kReps, [&] { stream<true>(l1, kReps); });
+  r.store_l2_ns = median_ns(repeats, kReps, [&] { stream<true>(l2, kReps); });
   r.block_ns = median_ns(repeats, 8.0 * kReps, [&] { blocks<false>(l1, dst, kReps); });
   r.block_stores_ns = median_ns(repeats, 8.0 * kReps, [&] { blocks<true>(l1, dst, kReps); });
   volatile float sink = 0;
