@@ -1,7 +1,8 @@
 // What this CPU offers for bf16 products, and the probes of their peaks: AVX-512 BF16's vdpbf16ps
 // (16 lanes, a pair of products per lane) and AMX's tdpbf16ps (a 16×16 fp32 tile += a 16×32 bf16
-// tile times a 32×16 one: 16,384 multiply-adds per instruction). Each function carries its target
-// attribute itself, so that nothing else in the build is compiled for these extensions.
+// tile times a 32×16 one: 8,192 multiply-adds, 16,384 FLOP, per instruction). Each function
+// carries its target attribute itself, so that nothing else in the build is compiled for these
+// extensions.
 //
 // AMX needs the kernel's permission to use the 8 KB tile state: arch_prctl(ARCH_REQ_XCOMP_PERM,
 // XFEATURE_XTILEDATA), once per process (a process-wide grant, as Highway's target choice is

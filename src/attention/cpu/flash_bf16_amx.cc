@@ -1,5 +1,5 @@
 // The AMX bf16 tiles: the two products of a tile on the matrix unit (tdpbf16ps: a 16×16 fp32 tile
-// += a 16×32 bf16 tile times a 32×16 one, in pairs; 16,384 multiply-adds per instruction, about
+// += a 16×32 bf16 tile times a 32×16 one, in pairs; 8,192 multiply-adds per instruction, about
 // 15× the fp32 FMA rate per core on Sapphire Rapids). The layouts are flash_bf16.h's pair words,
 // which are AMX's: a B tile is 16 rows of pair words (16 pairs of the reduction dim) × 16 columns.
 //
@@ -11,6 +11,13 @@
 //   PV   O[r, x] = α_r O[r, x] + Σ_c P[r, c] V[c, x]   A = P (bf16 rows), B = packed V pair words;
 //        O is scaled by α with AVX-512 first, then loaded into the accumulator tiles.
 // Each worker thread configures its tiles (amx_configure_tiles) before an item's first product.
+// Memory traffic and what it costs (`headlight bench amx`, Sapphire Rapids): a product takes 16.7
+// cycles and hides a 2 × 2 block's four tile loads from L1 (two per four products from L2), but
+// each tile store stalls the matrix unit, ≈ 15 cycles into L1 and 56 into L2, where a 64 × 256
+// score tile (64 KiB) lives: the scores' stores are most of QK's time at D = 64 (8 products, 4
+// stores a block). Products from L2 do not overlap vector work interleaved with them, so the
+// forward runs a tile's products of scores, its softmax and its products of values as whole
+// phases (flash_forward.cc; docs/notes/2026-12-06-amx-forward-rows.md).
 //
 // Decode from a blocked cache (attention/kv_layout.h) reads its tiles straight from the cache: a
 // key group, [pairs][16 keys] of pair words, is a B tile per 16 pairs as it lies (1 KB,
