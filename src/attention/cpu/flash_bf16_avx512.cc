@@ -299,6 +299,10 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   // C: P = 2^(s·scale·log2 e − m'·log2 e), its running sum per lane, and P rounded to bf16; four
   // vectors per step, so that four exponentials' dependency chains overlap.
   const __m512 vc = _mm512_set1_ps(scale * kLog2e);
+  auto nan_row = [&](size_t r) HEADLIGHT_BF16_TARGET {  // a NaN score: m, α and l all NaN
+    m[r] = alpha[r] = qnan;
+    _mm512_storeu_ps(l + r * 16, _mm512_set1_ps(qnan));
+  };
   for (size_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
     const float mn = m_new[r];
@@ -315,10 +319,7 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
         const __m512 x = x_at(row, c, lim);
         nan |= _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
       }
-      if (nan) {
-        m[r] = alpha[r] = qnan;
-        _mm512_storeu_ps(lr, _mm512_set1_ps(qnan));
-      }
+      if (nan) nan_row(r);
       continue;
     }
     const __m512 vml = _mm512_set1_ps(mn * kLog2e);
@@ -357,8 +358,7 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     // A NaN score makes its P NaN, and so the sums (as does an infinite score: ∞ − ∞). The row
     // is then NaN, as when pass A's maximum is: m, α and every lane of l (O follows through α).
     if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
-      m[r] = alpha[r] = qnan;
-      _mm512_storeu_ps(lr, _mm512_set1_ps(qnan));
+      nan_row(r);
       continue;
     }
     _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr), sum));

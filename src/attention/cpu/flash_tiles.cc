@@ -376,10 +376,15 @@ bool decode_native_more_rows(const AttentionParams& p) {
   return decode_native_bf16(p) && !kernels::amx::available();
 }
 
+namespace {
+
+// AMX: 256 query rows per item (kLongKeys, kLongKvBytes).
 bool long_kv_amx(const AttentionShape& sh) {
   const int64_t kv_bytes = sh.len_kv * (sh.head_dim + sh.value_dim) * int64_t{sizeof(bf16)};
   return sh.len_kv >= kLongKeys || kv_bytes >= kLongKvBytes;
 }
+
+}  // namespace
 
 Plan make_plan(const AttentionParams& p) {
   const AttentionShape& sh = p.shape;

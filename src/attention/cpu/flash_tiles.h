@@ -301,8 +301,6 @@ void pack_block(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g
                 float* dst);
 
 // Tile sizes and scratch for one call on p.
-// AMX: 256 query rows per item (kLongKeys, kLongKvBytes).
-bool long_kv_amx(const AttentionShape& sh);
 Plan make_plan(const AttentionParams& p);
 
 // Packs every key/value block once (O(L_kv · (D + Dv)) memory, kept across calls in the shared
