@@ -108,6 +108,41 @@ TEST(FlashBf16, NanStaysInTheRowsThatSeeIt) {
   });
 }
 
+TEST(FlashBf16, ScoresFarAboveARowsFirstMaximum) {
+  // The bf16 softmax keeps a row's first maximum as its reference (flash_bf16.h, kLazyBound):
+  // later scores above it give P > 1, and one far above it makes the row start again from its
+  // true maximum. 600 keys (three key blocks of 256), D = 32, the first element of every query
+  // row of head 0 is 16: key 300's score is about 3 above the first block's scores (P up to
+  // about 2⁴, kept), key 550's about 130 above (2^190 against the first reference: the row is
+  // computed again and O rescaled, or it overflows); head 1 as generated. Without a mask and
+  // causal aligned bottom-right (every row sees both keys).
+  const AttentionShape shape{1, 2, 2, 40, 600, 32, 32};
+  const int64_t D = shape.head_dim;
+  auto set = [](Bf16Problem& x, std::vector<bf16> Bf16Problem::*v, std::vector<float> Problem::*f,
+                int64_t i, float value) {
+    (x.*v)[i] = to_bf16(value);
+    (x.f.*f)[i] = value;
+  };
+  for (const bool causal : {false, true})
+    for_each_path([&] {
+      SCOPED_TRACE(causal ? "causal" : "no mask");
+      const AttentionOptions options{.causal = causal, .alignment = Alignment::bottom_right};
+      ThreadContext ctx(2);
+      Bf16Problem ref(shape, 89), fused(shape, 89);
+      for (Bf16Problem* x : {&ref, &fused}) {
+        for (int64_t i = 0; i < shape.len_q; ++i) set(*x, &Bf16Problem::q, &Problem::q, i * D, 16);
+        set(*x, &Bf16Problem::k, &Problem::k, 300 * D, 2);
+        set(*x, &Bf16Problem::k, &Problem::k, 550 * D, 48);
+      }
+      AttentionParams pr = ref.params(options, false);
+      reference::forward(pr);
+      cpu::flash_forward(ctx, fused.params(options, false));
+      EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+      // Head 0's log-sum-exp is about 136: a few of its fp32 ulps (1.5·10⁻⁵) on every path.
+      EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), 8 * kRowTol);
+    });
+}
+
 TEST(FlashBf16, MatchesTheReferenceOnTheBf16ValuesForEveryOption) {
   for_each_path([] {
     ThreadContext ctx(2);

@@ -52,13 +52,22 @@ void round_tile_bf16(const float* s, size_t lds, size_t rows, size_t cols, bf16*
 void scale_round_rows(const float* x, size_t ldx, size_t rows, size_t width, const float* scale,
                       bf16* dst, size_t ldd);
 // The online softmax of both bf16 engines, AMX's and vdpbf16ps's (flash_kernels.h's softmax_rows
-// with SoftmaxExtras{.scale, .pb} and no statistics; the same m, l [rows, 16] and α), on AVX-512
-// with vreduceps, vscalefps and vcvtne2ps2bf16: about half the instructions of the portable loop.
-// cols a multiple of 16. Needs AVX-512 BF16, which every CPU with AMX has.
-// With row_cols, row r's scores at and past column row_cols[r] are taken as −inf without being
-// read (a causal diagonal's structural mask: no mask pass, and no exponentials past the limit).
+// with SoftmaxExtras{.scale, .pb} and no statistics; m, l [rows, 16] and α laid out alike), on
+// AVX-512 with vreduceps, vscalefps and vcvtne2ps2bf16: about half the instructions of the portable
+// loop. cols a multiple of 16. Needs AVX-512 BF16, which every CPU with AMX has. With row_cols, row
+// r's scores at and past column row_cols[r] are taken as −inf without being read (a causal
+// diagonal's structural mask: no mask pass, and no exponentials past the limit).
+//
+// The reference maximum is lazy (FlashAttention-4's conditional rescaling): a row keeps the
+// maximum it has (m, α = 1) and takes the tile's only when it has none yet, so no pass over the
+// scores is spent on maxima once every row has one, and O is rarely rescaled. P against a stale
+// maximum may exceed 1; while every lane's sum stays within kLazyBound (so every P does, 2^16:
+// scores up to 11 above the reference) nothing overflows, and past it the row is computed again
+// against its true maximum. The result is the same softmax (m + ln l is the log-sum-exp either
+// way); only where P is rounded to bf16 differs, by a factor that is not a power of two.
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
                   float scale, bf16* pb, size_t ldpb, const int32_t* row_cols = nullptr);
+constexpr float kLazyBound = 65536.0f;
 // x [rows, cols] fp32 (leading dim ldx) rounded to bf16 (vcvtneps2bf16: nearest even, denormals
 // to zero, as the products read them anyway) into row pairs dst [rows_pad / 2, ld] words: word
 // (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.

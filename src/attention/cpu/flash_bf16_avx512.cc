@@ -12,8 +12,11 @@
 // softmax_rows is the online softmax of both bf16 engines (this one and AMX, flash_bf16_amx.cc):
 // per 16 scores a seven-instruction 2^t (vreduceps for the fraction, vscalefps for the power of
 // two), the running sums in fp32 and the probabilities rounded to bf16 by vcvtne2ps2bf16 into the
-// rows P·V reads. It is about half the instructions of the portable loop (flash_kernels-inl.h); on
-// the Zen 4 machine of 2026-12-05 it took the vdpbf16ps forward at N = 2048, D = 64 from 311 to
+// rows P·V reads. Its reference maximum is lazy (flash_bf16.h): a pass over the scores for their
+// maxima, 2.6 of 8.7 cycles per 16 scores on Sapphire Rapids (the scores read from L2 twice), is
+// spent only on rows that have none yet; N = 2048, 8 heads, AMX, 2 threads: D = 64 7.6 → 6.7 ms,
+// D = 128 10.7 → 9.8. It is about half the instructions of the portable loop (flash_kernels-inl.h);
+// on the Zen 4 machine of 2026-12-05 it took the vdpbf16ps forward at N = 2048, D = 64 from 311 to
 // 348 GFLOP/s (0.66 → 0.74 of the vdpbf16ps peak).
 //
 // decode_scores_bf16 and decode_pv_bf16 are decode's loops over a bf16 cache read where it lies
@@ -256,42 +259,41 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     if (c >= lim) return vninf;
     return _mm512_mask_loadu_ps(vninf, static_cast<__mmask16>((1u << (lim - c)) - 1), row + c);
   };
-  // A: per row, the tile maximum (scaled), 16 rows at a time: each row's lanes, then the 16
-  // vectors reduced together (RowMaxima). A NaN score may or may not come through vmaxps (it
-  // returns its second operand when either is NaN); pass C finds it in the sums (below).
-  for (size_t r0 = 0; r0 < rows; r0 += 16) {
-    __m512 lanes[16];
-    for (size_t k = 0; k < 16; ++k) {
-      const size_t r = r0 + k;
-      __m512 vmax0 = vninf, vmax1 = vmax0;
-      if (r < rows) {
-        const float* row = s + r * lds;
-        const size_t lim = limit(r);
-        size_t c = 0;
-        for (; c + 32 <= lim; c += 32) {
-          vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + c));
-          vmax1 = _mm512_max_ps(vmax1, _mm512_loadu_ps(row + c + 16));
-        }
-        for (; c < lim; c += 16) vmax0 = _mm512_max_ps(vmax0, x_at(row, c, lim));
-      }
-      lanes[k] = _mm512_max_ps(vmax0, vmax1);
+  auto row_max = [&](const float* row, size_t lim) HEADLIGHT_BF16_TARGET {  // its lanes' maxima
+    __m512 vmax0 = vninf, vmax1 = vmax0;
+    size_t c = 0;
+    for (; c + 32 <= lim; c += 32) {
+      vmax0 = _mm512_max_ps(vmax0, _mm512_loadu_ps(row + c));
+      vmax1 = _mm512_max_ps(vmax1, _mm512_loadu_ps(row + c + 16));
     }
+    for (; c < lim; c += 16) vmax0 = _mm512_max_ps(vmax0, x_at(row, c, lim));
+    return _mm512_max_ps(vmax0, vmax1);
+  };
+  // A: the tile maximum (scaled) of the rows that have no reference maximum yet (m = −inf: no
+  // allowed key so far), 16 rows at a time: each row's lanes, then the 16 vectors reduced
+  // together (RowMaxima); groups whose every row has one skip it. A NaN score may or may not come
+  // through vmaxps (it returns its second operand when either is NaN); pass C finds it in the
+  // sums (below).
+  for (size_t r0 = 0; r0 < rows; r0 += 16) {
+    bool fresh = false;
+    for (size_t r = r0; r < std::min(rows, r0 + 16); ++r) fresh |= m[r] == ninf;
+    if (!fresh) continue;
+    __m512 lanes[16];
+    for (size_t k = 0; k < 16; ++k)
+      lanes[k] = r0 + k < rows ? row_max(s + (r0 + k) * lds, limit(r0 + k)) : vninf;
     _mm512_store_ps(tile_max + r0, _mm512_mul_ps(RowMaxima(lanes), _mm512_set1_ps(scale)));
   }
-  // B: 16 rows at a time, the new maxima and α = 2^(m·log2 e − m'·log2 e) (the products rounded
-  // as in C); a NaN in either makes both NaN, and α = 1 while no key is allowed.
-  for (size_t r = rows; r < (rows + 15) / 16 * 16; ++r) tile_max[r] = ninf;
-  const __m512 l2e = _mm512_set1_ps(kLog2e);
+  // B: 16 rows at a time, the reference maxima: a row that has one keeps it, α = 1 (P may then
+  // exceed 1: pass C bounds it); a row without takes the tile's (α = 1: its O and l are still
+  // 0). A NaN m stays NaN, and so α.
   for (size_t r = 0; r < rows; r += 16) {
     const __mmask16 valid =
         rows - r >= 16 ? 0xFFFF : static_cast<__mmask16>((1u << (rows - r)) - 1);
     const __m512 mo = _mm512_mask_loadu_ps(vninf, valid, m + r);
-    const __m512 tm = _mm512_load_ps(tile_max + r);
-    const __mmask16 is_nan = _mm512_cmp_ps_mask(mo, tm, _CMP_UNORD_Q);
-    const __m512 mn = _mm512_mask_blend_ps(is_nan, _mm512_max_ps(mo, tm), _mm512_set1_ps(qnan));
-    __m512 al = Exp2(_mm512_sub_ps(_mm512_mul_ps(mo, l2e), _mm512_mul_ps(mn, l2e)));
-    al = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mn, vninf, _CMP_EQ_OQ), al, _mm512_set1_ps(1.0f));
-    al = _mm512_mask_blend_ps(is_nan, al, _mm512_set1_ps(qnan));
+    const __mmask16 fresh = _mm512_cmp_ps_mask(mo, vninf, _CMP_EQ_OQ);
+    const __m512 mn = _mm512_mask_mov_ps(mo, fresh, _mm512_load_ps(tile_max + r));
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(mo, mo, _CMP_UNORD_Q);
+    const __m512 al = _mm512_mask_blend_ps(is_nan, _mm512_set1_ps(1.0f), _mm512_set1_ps(qnan));
     _mm512_mask_storeu_ps(m + r, valid, mn);
     _mm512_mask_storeu_ps(alpha + r, valid, al);
     _mm512_store_ps(m_new + r, mn);
@@ -299,13 +301,15 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   // C: P = 2^(s·scale·log2 e − m'·log2 e), its running sum per lane, and P rounded to bf16; four
   // vectors per step, so that four exponentials' dependency chains overlap.
   const __m512 vc = _mm512_set1_ps(scale * kLog2e);
+  const __m512 bound = _mm512_set1_ps(kLazyBound);
+  const __m512 l2e = _mm512_set1_ps(kLog2e);
   auto nan_row = [&](size_t r) HEADLIGHT_BF16_TARGET {  // a NaN score: m, α and l all NaN
     m[r] = alpha[r] = qnan;
     _mm512_storeu_ps(l + r * 16, _mm512_set1_ps(qnan));
   };
   for (size_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
-    const float mn = m_new[r];
+    float mn = m_new[r];
     auto* out = reinterpret_cast<char*>(pb + r * ldpb);
     float* lr = l + r * 16;
     const size_t lim = limit(r);
@@ -322,44 +326,65 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       if (nan) nan_row(r);
       continue;
     }
-    const __m512 vml = _mm512_set1_ps(mn * kLog2e);
-    auto p_full = [&](size_t c) HEADLIGHT_BF16_TARGET {  // a vector before the limit
-      return Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
+    // The row's P against the reference mn, written to `out`; returns the sums per lane.
+    auto pass = [&](float mref) HEADLIGHT_BF16_TARGET {
+      const __m512 vml = _mm512_set1_ps(mref * kLog2e);
+      auto p_full = [&](size_t c) HEADLIGHT_BF16_TARGET {  // a vector before the limit
+        return Exp2(_mm512_fmsub_ps(_mm512_loadu_ps(row + c), vc, vml));
+      };
+      auto p_at = [&](size_t c) HEADLIGHT_BF16_TARGET {  // 0 past the limit (2^−inf), not computed
+        if (c >= lim) return _mm512_setzero_ps();
+        return Exp2(_mm512_fmsub_ps(x_at(row, c, lim), vc, vml));
+      };
+      __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, sum2 = sum0, sum3 = sum0;
+      size_t c = 0;
+      auto step64 = [&](size_t c, auto p) HEADLIGHT_BF16_TARGET {
+        const __m512 p0 = p(c), p1 = p(c + 16), p2 = p(c + 32), p3 = p(c + 48);
+        sum0 = _mm512_add_ps(sum0, p0);
+        sum1 = _mm512_add_ps(sum1, p1);
+        sum2 = _mm512_add_ps(sum2, p2);
+        sum3 = _mm512_add_ps(sum3, p3);
+        _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
+      };
+      for (; c + 64 <= lim; c += 64) step64(c, p_full);  // wholly before the limit
+      for (; c + 64 <= cols; c += 64) step64(c, p_at);
+      for (; c + 32 <= cols; c += 32) {
+        const __m512 p0 = p_at(c), p1 = p_at(c + 16);
+        sum0 = _mm512_add_ps(sum0, p0);
+        sum1 = _mm512_add_ps(sum1, p1);
+        _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+      }
+      if (c < cols) {
+        const __m512 p0 = p_at(c);
+        sum2 = _mm512_add_ps(sum2, p0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c),
+                            (__m256i)_mm512_cvtneps_pbh(p0));
+      }
+      return _mm512_add_ps(_mm512_add_ps(sum0, sum1), _mm512_add_ps(sum2, sum3));
     };
-    auto p_at = [&](size_t c) HEADLIGHT_BF16_TARGET {  // 0 past the limit (2^−inf), not computed
-      if (c >= lim) return _mm512_setzero_ps();
-      return Exp2(_mm512_fmsub_ps(x_at(row, c, lim), vc, vml));
-    };
-    __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, sum2 = sum0, sum3 = sum0;
-    size_t c = 0;
-    auto step64 = [&](size_t c, auto p) HEADLIGHT_BF16_TARGET {
-      const __m512 p0 = p(c), p1 = p(c + 16), p2 = p(c + 32), p3 = p(c + 48);
-      sum0 = _mm512_add_ps(sum0, p0);
-      sum1 = _mm512_add_ps(sum1, p1);
-      sum2 = _mm512_add_ps(sum2, p2);
-      sum3 = _mm512_add_ps(sum3, p3);
-      _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-      _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
-    };
-    for (; c + 64 <= lim; c += 64) step64(c, p_full);  // wholly before the limit
-    for (; c + 64 <= cols; c += 64) step64(c, p_at);
-    for (; c + 32 <= cols; c += 32) {
-      const __m512 p0 = p_at(c), p1 = p_at(c + 16);
-      sum0 = _mm512_add_ps(sum0, p0);
-      sum1 = _mm512_add_ps(sum1, p1);
-      _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-    }
-    if (c < cols) {
-      const __m512 p0 = p_at(c);
-      sum2 = _mm512_add_ps(sum2, p0);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), (__m256i)_mm512_cvtneps_pbh(p0));
-    }
-    const __m512 sum = _mm512_add_ps(_mm512_add_ps(sum0, sum1), _mm512_add_ps(sum2, sum3));
+    __m512 sum = pass(mn);
     // A NaN score makes its P NaN, and so the sums (as does an infinite score: ∞ − ∞). The row
     // is then NaN, as when pass A's maximum is: m, α and every lane of l (O follows through α).
     if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
       nan_row(r);
       continue;
+    }
+    // A score far above the reference (a lane's sum past kLazyBound, and with it every P of the
+    // row bounded): the row again against its true maximum, α rescaling what came before.
+    if (_mm512_cmp_ps_mask(sum, bound, _CMP_GT_OQ)) {
+      const float mt = _mm512_reduce_max_ps(row_max(row, lim)) * scale;
+      const float mo = mn;
+      mn = std::max(mo, mt);
+      const __m512 al = Exp2(_mm512_sub_ps(_mm512_mul_ps(_mm512_set1_ps(mo), l2e),
+                                           _mm512_mul_ps(_mm512_set1_ps(mn), l2e)));
+      m[r] = mn;
+      alpha[r] = _mm512_cvtss_f32(al);
+      sum = pass(mn);
+      if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
+        nan_row(r);
+        continue;
+      }
     }
     _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr), sum));
   }
