@@ -277,7 +277,10 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   for (size_t r0 = 0; r0 < rows; r0 += 16) {
     bool fresh = false;
     for (size_t r = r0; r < std::min(rows, r0 + 16); ++r) fresh |= m[r] == ninf;
-    if (!fresh) continue;
+    if (!fresh) {  // not read (pass B keeps m), but defined
+      _mm512_store_ps(tile_max + r0, vninf);
+      continue;
+    }
     __m512 lanes[16];
     for (size_t k = 0; k < 16; ++k)
       lanes[k] = r0 + k < rows ? row_max(s + (r0 + k) * lds, limit(r0 + k)) : vninf;
