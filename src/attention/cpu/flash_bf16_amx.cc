@@ -13,8 +13,8 @@
 // Each worker thread configures its tiles (amx_configure_tiles) before an item's first product.
 // Memory traffic and what it costs (`headlight bench amx`, Sapphire Rapids): a product takes 16.7
 // cycles and hides a 2 × 2 block's four tile loads from L1 (two per four products from L2), but
-// each tile store stalls the matrix unit, ≈ 15 cycles into L1 and 56 into L2, where a 64 × 256
-// score tile (64 KiB) lives: the scores' stores are most of QK's time at D = 64 (8 products, 4
+// each tile store stalls the matrix unit, ≈ 15 cycles into L1 and 56 into L2, where a 128 × 256
+// score tile (128 KiB) lives: the scores' stores are most of QK's time at D = 64 (8 products, 4
 // stores a block). Products from L2 do not overlap vector work interleaved with them, so the
 // forward runs a tile's products of scores, its softmax and its products of values as whole
 // phases (flash_forward.cc; docs/notes/2026-12-06-amx-forward-rows.md).
