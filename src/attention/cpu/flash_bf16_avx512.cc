@@ -373,8 +373,8 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       nan_row(r);
       continue;
     }
-    // A score far above the reference (a lane's sum past kLazyBound, and with it every P of the
-    // row bounded): the row again against its true maximum, α rescaling what came before.
+    // A score far above the reference (some lane's sum past kLazyBound; while none is, no P is
+    // either): the row again against its true maximum, α rescaling what came before.
     if (_mm512_cmp_ps_mask(sum, bound, _CMP_GT_OQ)) {
       const float mt = _mm512_reduce_max_ps(row_max(row, lim)) * scale;
       const float mo = mn;
