@@ -26,10 +26,10 @@
 // element on every visited block.
 //
 // With few keys (≤ kLocalPackBlocks blocks, or a pair's packed blocks within kLocalPackBytes) and
-// enough (batch, key/value head) pairs per thread, an item is instead a whole pair: it packs that
-// pair's key blocks into its own scratch and runs every query block against them while they are in
-// L2 (the shared packing is written to memory the items then read back from L3); the tiles and sums
-// are the same, and so are the bits.
+// enough (batch, key/value head) pairs per thread (or as many for each), an item is instead a
+// whole pair: it packs that pair's key blocks into its own scratch and runs every query block
+// against them while they are in L2 (the shared packing is written to memory the items then read
+// back from L3); the tiles and sums are the same, and so are the bits.
 //
 // Memory traffic per item: Q once, K and V once per item (Br·group rows reuse each tile), O once.
 // With Br = 48 and D = 64 a key tile is reused 48·group times from L1/L2.
@@ -543,8 +543,9 @@ void flash_forward(ThreadContext& ctx, const AttentionParams& p) {
   const int64_t q_blocks = (sh.len_q + plan.br - 1) / plan.br;
   const int64_t heads_kv = sh.batch * sh.kv_heads;
   const int64_t pair_bytes = plan.kv_blocks * plan.block_floats * int64_t{sizeof(float)};
+  const int64_t threads = ctx.num_threads();
   if ((plan.kv_blocks <= kLocalPackBlocks || pair_bytes <= kLocalPackBytes) &&
-      heads_kv >= kLocalPackItemsPerThread * ctx.num_threads()) {
+      (heads_kv >= kLocalPackItemsPerThread * threads || heads_kv % threads == 0)) {
     // Few keys (or a pair's blocks within L2) and many (batch, key/value head) pairs: an item is
     // a whole pair, which packs its own key blocks into its scratch and runs every query block
     // against them there, in L2 (the same tiles and sums as below: the same bits).
