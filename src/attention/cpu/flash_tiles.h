@@ -45,7 +45,7 @@ constexpr int64_t kBlockKeys = 256;
 constexpr int64_t kLocalPackBlocks = 2;
 constexpr int64_t kLocalPackItemsPerThread = 4;
 // (Or as many pairs for every thread: each takes whole pairs, all of a shape's pairs the same
-// work. H = 2 on 2 threads, N = 2048, D = 64: 1.54 → 1.44 ms; H = 4, D = 128 4.80 → 4.67.)
+// work. H = 2 on 2 threads, N = 2048, D = 64: 1.53 → 1.44 ms; H = 4, D = 128 4.67 → 4.38.)
 // ... or with the pair's packed blocks within this many bytes (a Sapphire Rapids core's L2): a
 // pair's items then read them from their own core's L2 rather than from a shared buffer written
 // to L3 and read back. AMX, 8 pairs on 2 threads, ms: N = 2048, D = 128 9.7 → 8.7, causal
