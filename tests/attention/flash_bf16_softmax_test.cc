@@ -1,0 +1,89 @@
+// The bf16 online softmax's special rows (native::softmax_rows, flash_bf16.h) through the fused
+// forward on every path this CPU has: NaN scores stay in the rows that see them, and scores far
+// above a row's first maximum (the lazy reference maximum) give the reference's values. The bounds
+// are flash_bf16_test.cc's.
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attention_test_util.h"
+#include "bf16_problem.h"
+#include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/attention/reference.h"
+#include "headlight/core/bf16.h"
+
+namespace headlight::attention {
+namespace {
+
+using testing::Bf16Problem;
+using testing::for_each_path;
+using testing::max_diff;
+using testing::Problem;
+
+constexpr double kOutTol = 2.5e-3;
+constexpr double kRowTol = 1e-5;
+
+TEST(FlashBf16, NanStaysInTheRowsThatSeeIt) {
+  // Causal, 2 heads of 70 rows: in head 0 key 5 is NaN (rows 5 on see it, rows 0-4 must stay
+  // numbers), in head 1 query row 0 is (its one key's score is NaN beside the causal −inf ones,
+  // which pass A's vmaxps may keep in its place: the row must still come out NaN).
+  const AttentionShape shape{1, 2, 2, 70, 70, 32, 32};
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for_each_path([&] {
+    ThreadContext ctx(2);
+    Bf16Problem x(shape, 71);
+    for (int64_t e = 0; e < shape.head_dim; ++e) {
+      x.k[5 * shape.head_dim + e] = to_bf16(nan);                  // head 0, key 5
+      x.q[(shape.len_q + 0) * shape.head_dim + e] = to_bf16(nan);  // head 1, row 0
+    }
+    cpu::flash_forward(ctx, x.params({.causal = true}, false));
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < shape.len_q; ++i) {
+        const bool want_nan = h == 0 ? i >= 5 : i == 0;
+        const float* row = x.f.out.data() + (h * shape.len_q + i) * shape.value_dim;
+        for (int64_t e = 0; e < shape.value_dim; ++e)
+          ASSERT_EQ(std::isnan(row[e]), want_nan) << "head " << h << " row " << i << " col " << e;
+      }
+  });
+}
+
+TEST(FlashBf16, ScoresFarAboveARowsFirstMaximum) {
+  // The bf16 softmax keeps a row's first maximum as its reference (flash_bf16.h, kLazyBound):
+  // later scores above it give P > 1, and one far above it makes the row start again from its
+  // true maximum. 600 keys (three key blocks of 256), D = 32, the first element of every query
+  // row of head 0 is 16: key 300's score is about 3 above the first block's scores (P up to
+  // about 2⁴, kept), key 550's about 130 above (2^190 against the first reference: the row is
+  // computed again and O rescaled, or it overflows); head 1 as generated. Without a mask and
+  // causal aligned bottom-right (every row sees both keys).
+  const AttentionShape shape{1, 2, 2, 40, 600, 32, 32};
+  const int64_t D = shape.head_dim;
+  auto set = [](Bf16Problem& x, std::vector<bf16> Bf16Problem::*v, std::vector<float> Problem::*f,
+                int64_t i, float value) {
+    (x.*v)[i] = to_bf16(value);
+    (x.f.*f)[i] = value;
+  };
+  for (const bool causal : {false, true})
+    for_each_path([&] {
+      SCOPED_TRACE(causal ? "causal" : "no mask");
+      const AttentionOptions options{.causal = causal, .alignment = Alignment::bottom_right};
+      ThreadContext ctx(2);
+      Bf16Problem ref(shape, 89), fused(shape, 89);
+      for (Bf16Problem* x : {&ref, &fused}) {
+        for (int64_t i = 0; i < shape.len_q; ++i) set(*x, &Bf16Problem::q, &Problem::q, i * D, 16);
+        set(*x, &Bf16Problem::k, &Problem::k, 300 * D, 2);
+        set(*x, &Bf16Problem::k, &Problem::k, 550 * D, 48);
+      }
+      AttentionParams pr = ref.params(options, false);
+      reference::forward(pr);
+      cpu::flash_forward(ctx, fused.params(options, false));
+      EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
+      // Head 0's log-sum-exp is about 136: a few of its fp32 ulps (1.5·10⁻⁵) on every path.
+      EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), 8 * kRowTol);
+    });
+}
+
+}  // namespace
+}  // namespace headlight::attention
