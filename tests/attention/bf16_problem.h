@@ -1,5 +1,6 @@
-// Helpers for the bf16 attention tests (flash_bf16_test.cc, kv_blocked_test.cc): a random problem
-// whose q, k, v are bf16, its cache also in the blocked layout, and a loop over the kernel paths.
+// Helpers for the bf16 attention tests (flash_bf16_test.cc, flash_bf16_softmax_test.cc,
+// kv_blocked_test.cc): a random problem whose q, k, v are bf16, its cache also in the blocked
+// layout, a loop over the kernel paths, and the forward's bounds against the reference.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,6 +15,12 @@
 #include "headlight/core/cpu_info.h"
 
 namespace headlight::attention::testing {
+
+// The bf16 forward against the reference on the same bf16 values (flash_bf16_test.cc's header
+// derives them): every output within kBf16OutTol (values in [−1, 1]), the log-sum-exp and the
+// statistics within kBf16RowTol.
+constexpr double kBf16OutTol = 2.5e-3;
+constexpr double kBf16RowTol = 1e-5;
 
 // A random problem whose q, k, v are bf16 (the fp32 problem's values rounded), with an fp32 output
 // and, beside it, a bf16 one; k and v also in blocked regions (kv_layout.h) on demand, whose

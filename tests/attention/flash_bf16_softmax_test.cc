@@ -23,8 +23,8 @@ using testing::for_each_path;
 using testing::max_diff;
 using testing::Problem;
 
-constexpr double kOutTol = 2.5e-3;
-constexpr double kRowTol = 1e-5;
+constexpr double kOutTol = testing::kBf16OutTol;
+constexpr double kRowTol = testing::kBf16RowTol;
 
 TEST(FlashBf16, NanStaysInTheRowsThatSeeIt) {
   // Causal, 2 heads of 70 rows: in head 0 key 5 is NaN (rows 5 on see it, rows 0-4 must stay

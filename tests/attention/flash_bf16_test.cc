@@ -39,8 +39,8 @@ using testing::option_cases;
 using testing::OptionCase;
 using testing::Problem;
 
-constexpr double kOutTol = 2.5e-3;
-constexpr double kRowTol = 1e-5;
+constexpr double kOutTol = testing::kBf16OutTol;
+constexpr double kRowTol = testing::kBf16RowTol;
 
 std::vector<float> widen(const std::vector<bf16>& x) {
   std::vector<float> y(x.size());
