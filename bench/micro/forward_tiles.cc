@@ -1,0 +1,136 @@
+// The AMX bf16 forward's inner loop, phase by phase, with the kernel's own tile functions
+// (amx::qk_tile, native::softmax_rows, amx::pv_tile): one thread, one item's tile of 128 query
+// rows × 256 keys against 8 key blocks of packed K and V (a pair's blocks at N = 2048), as
+// accumulate_item runs them (flash_forward.cc). Each benchmark reports its time per 16 scores
+// (s_per_16_scores); times the core's clock under AMX, it is the "cycles per 16 scores per core" of
+// docs/performance.md (docs/notes/2026-12-06-amx-forward-standin.md: the kernel's phases run as
+// fast as this).
+//
+//   Qk/D       S[128, 256] = Q · Kᵀ for each key block: 2 × 2 blocks of tiles, scores into L2
+//   Softmax    the online softmax of S into P (bf16) with every row's reference maximum set
+//   Pv/D       O[128, D] += P · V for each key block
+//   Chain/D    the three in a row for each key block, as the forward runs them
+//
+// Run: build/release/bench/micro/forward_tiles [--benchmark_filter=Chain]
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <vector>
+
+#include "headlight/core/bf16.h"
+#include "headlight/core/cpu_info.h"
+#include "src/attention/cpu/flash_bf16.h"
+
+namespace {
+
+using headlight::bf16;
+namespace kernels = headlight::attention::cpu::kernels;
+
+constexpr size_t kRows = 128, kKeys = 256, kBlocks = 8;
+
+// A 64-byte aligned buffer of n elements.
+template <typename T>
+struct Buffer {
+  explicit Buffer(size_t n)
+      : data(static_cast<T*>(std::aligned_alloc(64, (n * sizeof(T) + 63) / 64 * 64))) {}
+  ~Buffer() { std::free(data); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  T* data;
+};
+
+// One item's operands: queries and 8 key blocks as pair words (bf16 pairs about 0.01 and 0.5:
+// scores stay small, so the softmax never recomputes a row), scores, probabilities and outputs.
+struct Item {
+  explicit Item(size_t d)
+      : d(d),
+        pairs(d / 2),
+        q(kRows * pairs),
+        kt(kBlocks * pairs * kKeys),
+        v(kBlocks * kKeys / 2 * d),
+        s(kRows * kKeys),
+        pb(kRows * kKeys),
+        o(kRows * d),
+        m(kRows),
+        l(kRows * 16),
+        alpha(kRows) {
+    for (size_t i = 0; i < kRows * pairs; ++i)
+      q.data[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x7f007fu);
+    for (size_t i = 0; i < kBlocks * pairs * kKeys; ++i)
+      kt.data[i] = 0x3c003c00u ^ ((i * 40503u) & 0x7f007fu);
+    for (size_t i = 0; i < kBlocks * kKeys / 2 * d; ++i)
+      v.data[i] = 0x3f003f00u ^ ((i * 40503u) & 0x7f007fu);
+    std::fill(o.data, o.data + kRows * d, 0.0f);
+    std::fill(m.data, m.data + kRows, 0.0f);  // every row has its reference maximum
+    std::fill(l.data, l.data + kRows * 16, 0.0f);
+    std::fill(alpha.data, alpha.data + kRows, 1.0f);
+  }
+  const uint32_t* k_block(size_t b) const { return kt.data + b * pairs * kKeys; }
+  const uint32_t* v_block(size_t b) const { return v.data + b * kKeys / 2 * d; }
+  void qk(size_t b) {
+    kernels::amx::qk_tile(q.data, pairs, kRows, k_block(b), kKeys, pairs, kKeys, 1.0f, s.data,
+                          kKeys);
+  }
+  void softmax() {
+    kernels::native::softmax_rows(s.data, kRows, kKeys, kKeys, m.data, l.data, alpha.data, 0.125f,
+                                  pb.data, kKeys);
+  }
+  void pv(size_t b) {
+    kernels::amx::pv_tile(pb.data, kKeys, kRows, kKeys / 2, v_block(b), d, d, o.data, d,
+                          alpha.data);
+  }
+  size_t d, pairs;
+  Buffer<uint32_t> q, kt, v;
+  Buffer<float> s;
+  Buffer<bf16> pb;
+  Buffer<float> o, m, l, alpha;
+};
+
+enum class Phase { qk, softmax, pv, chain };
+
+void Run(benchmark::State& state, Phase phase) {
+  headlight::apply_isa_from_environment();
+  if (!kernels::amx::available()) {
+    state.SkipWithError("no AMX tiles on this CPU (or HEADLIGHT_ISA restricts them)");
+    return;
+  }
+  headlight::amx_configure_tiles();
+  Item item(static_cast<size_t>(state.range(0)));
+  for (auto _ : state) {
+    for (size_t b = 0; b < kBlocks; ++b) {
+      if (phase == Phase::qk || phase == Phase::chain) item.qk(b);
+      if (phase == Phase::softmax || phase == Phase::chain) item.softmax();
+      if (phase == Phase::pv || phase == Phase::chain) item.pv(b);
+    }
+    benchmark::DoNotOptimize(item.o.data[0]);
+    benchmark::ClobberMemory();
+  }
+  headlight::amx_release_tiles();
+  const double units = static_cast<double>(kBlocks * kRows * kKeys / 16);
+  state.counters["s_per_16_scores"] = benchmark::Counter(
+      units, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+}
+
+void Qk(benchmark::State& state) {
+  Run(state, Phase::qk);
+}
+void Softmax(benchmark::State& state) {
+  Run(state, Phase::softmax);
+}
+void Pv(benchmark::State& state) {
+  Run(state, Phase::pv);
+}
+void Chain(benchmark::State& state) {
+  Run(state, Phase::chain);
+}
+
+BENCHMARK(Qk)->Arg(64)->Arg(128);
+BENCHMARK(Softmax)->Arg(64);
+BENCHMARK(Pv)->Arg(64)->Arg(128);
+BENCHMARK(Chain)->Arg(64)->Arg(128);
+
+}  // namespace
+
+BENCHMARK_MAIN();
