@@ -9,7 +9,11 @@
 //   Qk/D       S[128, 256] = Q · Kᵀ for each key block: 2 × 2 blocks of tiles, scores into L2
 //   Softmax    the online softmax of S into P (bf16) with every row's reference maximum set
 //   Pv/D       O[128, D] += P · V for each key block
-//   Chain/D    the three in a row for each key block, as the forward runs them
+//   Chain/D    the three in a row for each key block, as the forward runs an item's first block
+//              (and tiles with masks)
+//   QkExp/D    the scores and their exponentials in one pass (amx::qk_exp_tile), the sums added
+//   FusedChain/D  QkExp then PV, as the forward runs the whole tiles without masks after an
+//              item's first
 //
 // Run: build/release/bench/micro/forward_tiles [--benchmark_filter=Chain]
 #include <benchmark/benchmark.h>
@@ -77,6 +81,11 @@ struct Item {
     kernels::native::softmax_rows(s.data, kRows, kKeys, kKeys, m.data, l.data, alpha.data, 0.125f,
                                   pb.data, kKeys);
   }
+  void qk_exp(size_t b) {
+    kernels::amx::qk_exp_tile(q.data, pairs, kRows, k_block(b), kKeys, pairs, kKeys, 0.125f, m.data,
+                              pb.data, kKeys, s.data);
+    if (!kernels::native::commit_tile_sums(s.data, kRows, l.data, alpha.data)) std::abort();
+  }
   void pv(size_t b) {
     kernels::amx::pv_tile(pb.data, kKeys, kRows, kKeys / 2, v_block(b), d, d, o.data, d,
                           alpha.data);
@@ -88,7 +97,7 @@ struct Item {
   Buffer<float> o, m, l, alpha;
 };
 
-enum class Phase { qk, softmax, pv, chain };
+enum class Phase { qk, softmax, pv, chain, qk_exp, fused_chain };
 
 void Run(benchmark::State& state, Phase phase) {
   headlight::apply_isa_from_environment();
@@ -102,7 +111,8 @@ void Run(benchmark::State& state, Phase phase) {
     for (size_t b = 0; b < kBlocks; ++b) {
       if (phase == Phase::qk || phase == Phase::chain) item.qk(b);
       if (phase == Phase::softmax || phase == Phase::chain) item.softmax();
-      if (phase == Phase::pv || phase == Phase::chain) item.pv(b);
+      if (phase == Phase::qk_exp || phase == Phase::fused_chain) item.qk_exp(b);
+      if (phase == Phase::pv || phase == Phase::chain || phase == Phase::fused_chain) item.pv(b);
     }
     benchmark::DoNotOptimize(item.o.data[0]);
     benchmark::ClobberMemory();
@@ -125,11 +135,19 @@ void Pv(benchmark::State& state) {
 void Chain(benchmark::State& state) {
   Run(state, Phase::chain);
 }
+void QkExp(benchmark::State& state) {
+  Run(state, Phase::qk_exp);
+}
+void FusedChain(benchmark::State& state) {
+  Run(state, Phase::fused_chain);
+}
 
 BENCHMARK(Qk)->Arg(64)->Arg(128);
 BENCHMARK(Softmax)->Arg(64);
 BENCHMARK(Pv)->Arg(64)->Arg(128);
 BENCHMARK(Chain)->Arg(64)->Arg(128);
+BENCHMARK(QkExp)->Arg(64)->Arg(128);
+BENCHMARK(FusedChain)->Arg(64)->Arg(128);
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <vector>
 
@@ -82,6 +83,47 @@ TEST(FlashBf16, ScoresFarAboveARowsFirstMaximum) {
       EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
       // Head 0's log-sum-exp is about 136: a few of its fp32 ulps (1.5·10⁻⁵) on every path.
       EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), 8 * kRowTol);
+    });
+}
+
+TEST(FlashBf16, ScoresAndTheirExponentialsInOnePassGiveTheSameBits) {
+  // On AMX a whole tile without masks whose rows all have a reference maximum (every key block
+  // but an item's first) goes through amx::qk_exp_tile: the scores exponentiated as each 2 × 2
+  // block of tiles leaves the matrix unit, the same P and sums as softmax_rows. A boolean mask
+  // that allows every key sends every tile through qk_tile and softmax_rows instead: the outputs
+  // (bf16 and fp32) and log-sum-exps must be the same bits. Shapes: rows that leave a tile of 16
+  // alone (200, 130, 100), 64 keys in a last block (320), GQA, D = 32 to 128; one head with a key
+  // far above its rows' first maximum in a whole block, where the one-pass tile gives way to
+  // softmax_rows (a sum past kLazyBound).
+  const AttentionShape shapes[] = {{1, 2, 2, 200, 768, 64, 64},
+                                   {1, 4, 2, 130, 512, 128, 128},
+                                   {2, 2, 2, 48, 320, 32, 32},
+                                   {1, 1, 1, 100, 512, 96, 96}};
+  for (const AttentionShape& s : shapes)
+    for_each_path([&] {
+      SCOPED_TRACE(::testing::Message()
+                   << "Lq " << s.len_q << " Lk " << s.len_kv << " D " << s.head_dim);
+      ThreadContext ctx(2);
+      const std::vector<uint8_t> all(static_cast<size_t>(s.len_q * s.len_kv), 1);
+      Bf16Problem plain(s, 97), masked(s, 97);
+      for (Bf16Problem* x : {&plain, &masked})  // head 0's key 600 far above the rest
+        if (s.len_kv > 600)
+          for (int64_t e = 0; e < s.head_dim; ++e) x->k[600 * s.head_dim + e] = to_bf16(16.0f);
+      AttentionOptions o;
+      for (const bool bf16_out : {true, false}) {
+        o.mask = {};
+        cpu::flash_forward(ctx, plain.params(o, bf16_out));
+        o.mask = {.kind = MaskKind::boolean, .data = all.data(), .row_stride = s.len_kv};
+        cpu::flash_forward(ctx, masked.params(o, bf16_out));
+        if (bf16_out)
+          for (size_t i = 0; i < plain.out.size(); ++i)
+            ASSERT_EQ(plain.out[i].bits, masked.out[i].bits) << i;
+        else
+          for (size_t i = 0; i < plain.f.out.size(); ++i)
+            ASSERT_EQ(plain.f.out[i], masked.f.out[i]) << i;
+        for (size_t i = 0; i < plain.f.lse.size(); ++i)
+          ASSERT_EQ(plain.f.lse[i], masked.f.lse[i]) << i;
+      }
     });
 }
 

@@ -1,4 +1,5 @@
-// The AVX-512 BF16 kernels' shared definitions (flash_bf16_avx512.cc, decode_blocked_avx512.cc):
+// The AVX-512 BF16 kernels' shared definitions (flash_bf16_avx512.cc, decode_blocked_avx512.cc,
+// and the AMX tiles' exponentials in flash_bf16_amx.cc):
 // each function carries the target attribute itself (no file-wide -m flags), so nothing can leak
 // AVX-512 code into other translation units; callers check bf16_native() first. x86-64 only.
 #pragma once
@@ -34,6 +35,29 @@ namespace headlight::attention::cpu::kernels::native {
 HEADLIGHT_BF16_TARGET inline __m512 DotBroadcast(__m512 acc, __m512bh x, const uint32_t* w) {
   __asm__("vdpbf16ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(x), "m"(*w));
   return acc;
+}
+
+constexpr float kLog2e = 1.44269504088896341f;
+
+// 2^t for t ≤ 0 (t may be −inf, NaN propagates), in seven instructions: t = n + f with n = ⌊t⌋
+// and f = t − n ∈ [0, 1) (vreduceps, rounding down), 2^f from a degree-4 polynomial, and 2^n
+// applied by vscalefps, which scales by 2^⌊t⌋ itself, so n is never formed. The polynomial is
+// exact at both ends (2^0 = 1, 2^1 = 2: a row's maximum weighs exactly 1, also when rounding puts
+// t a hair below 0) with relative error < 3.5·10⁻⁶ between (fitted on [0, 1), float arithmetic):
+// the weights are rounded to bf16 for P·V (half-ulp 2·10⁻³), and the log-sum-exp, from the fp32
+// sums, stays within 10⁻⁵. Below −126 (and for −inf: masked keys) the result is exactly 0: those
+// lanes are zeroed by the scalef's mask rather than computed, because a denormal result (and the
+// sums of denormals after it) costs a microcode assist of a hundred cycles or more; from −126 up
+// the result is a normal number.
+HEADLIGHT_BF16_TARGET inline __m512 Exp2(__m512 t) {
+  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // or NaN
+  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);
+  __m512 p = _mm512_set1_ps(1.35557475e-2f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.20323701e-2f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.41379768e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93032146e-1f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_maskz_scalef_ps(keep, p, t);
 }
 
 // Rows<R>::run(r0, args...) for each block of kBlock rows from r0, then once for the remaining

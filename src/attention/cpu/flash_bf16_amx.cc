@@ -17,7 +17,12 @@
 // score tile (128 KiB) lives: the scores' stores are most of QK's time at D = 64 (8 products, 4
 // stores a block). Products from L2 do not overlap vector work interleaved with them, so the
 // forward runs a tile's products of scores, its softmax and its products of values as whole
-// phases (flash_forward.cc; docs/notes/2026-12-06-amx-forward-rows.md).
+// phases (flash_forward.cc; docs/notes/2026-12-06-amx-forward-rows.md). The exception is
+// qk_exp_tile: a block's four score tiles stored into a 4 KiB buffer in L1 and exponentiated right
+// away cost less than the same stores into the 128 KiB score tile (L2) and a softmax that reads
+// them back: at D = 64, where a block of scores is 8 products and 4 stores, the scores and the
+// softmax went from 3.6 to 3.1 ns a 16 scores (`bench/micro/forward_tiles`); at D = 128 (16
+// products a block) from 4.4 to 4.1-4.4.
 //
 // Decode from a blocked cache (attention/kv_layout.h) reads its tiles straight from the cache: a
 // key group, [pairs][16 keys] of pair words, is a B tile per 16 pairs as it lies (1 KB,
@@ -43,6 +48,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+
+#include "src/attention/cpu/bf16_target.h"  // Exp2, kLog2e
 
 // GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
 // operand, which -W(maybe-)uninitialized reports wherever they are inlined: silenced for this file.
@@ -129,6 +136,24 @@ HEADLIGHT_AMX_TARGET void ScaleRows(float* o, size_t ldo, size_t rows, size_t wi
   }
 }
 
+// The exponentials of one 2 × 2 block's scores (rows r0 .. r0 + 16·RT of the tile, keys x .. x +
+// 32), stored by the tiles into buf [32, 32]: P rounded to bf16 into p, and the block's two vectors
+// of each row added, then into the row's running sum of the first or second half of each 64 keys
+// (part [32 rows][2][16]), as native::softmax_rows adds them.
+template <int RT>
+HEADLIGHT_AMX_TARGET inline void ExpBlock(const float* buf, size_t r0, size_t x, __m512 vc,
+                                          const float* mlog, bf16* p, size_t ldp, float* part) {
+  const size_t half = x % 64 == 0 ? 0 : 16;
+  for (size_t i = 0; i < 16 * RT; ++i) {
+    const __m512 vml = _mm512_set1_ps(mlog[r0 + i]);
+    const __m512 p0 = native::Exp2(_mm512_fmsub_ps(_mm512_load_ps(buf + i * 32), vc, vml));
+    const __m512 p1 = native::Exp2(_mm512_fmsub_ps(_mm512_load_ps(buf + i * 32 + 16), vc, vml));
+    float* sum = part + i * 32 + half;
+    _mm512_store_ps(sum, _mm512_add_ps(_mm512_load_ps(sum), _mm512_add_ps(p0, p1)));
+    _mm512_storeu_si512(p + (r0 + i) * ldp + x, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+  }
+}
+
 }  // namespace
 
 bool available() {
@@ -154,6 +179,42 @@ HEADLIGHT_AMX_TARGET void qk_tile(const uint32_t* q, size_t ldq, size_t rows, co
   for (size_t r = 0; r < rows; ++r)
     for (size_t c = 0; c < cols; c += 16)
       _mm512_storeu_ps(s + r * lds + c, _mm512_mul_ps(_mm512_loadu_ps(s + r * lds + c), vs));
+}
+
+HEADLIGHT_AMX_TARGET void qk_exp_tile(const uint32_t* q, size_t ldq, size_t rows,
+                                      const uint32_t* kt, size_t ldk, size_t pairs, size_t cols,
+                                      float scale, const float* m, bf16* p, size_t ldp,
+                                      float* sums) {
+  check(cols % 64 == 0 && rows <= kMaxQkExpRows,
+        "amx::qk_exp_tile: cols must be a multiple of 64 and rows at most {}", kMaxQkExpRows);
+  alignas(64) float buf[32 * 32];         // one block's scores: [32 rows, 32 keys], in L1
+  alignas(64) float part[32 * 32];        // the running sums of 32 rows: [row][2][16]
+  alignas(64) float mlog[kMaxQkExpRows];  // m · log2 e per row; 0 for the junk rows
+  const size_t rows16 = (rows + 15) / 16 * 16;
+  for (size_t r = 0; r < rows16; ++r) mlog[r] = r < rows ? m[r] * native::kLog2e : 0.0f;
+  rows = rows16;
+  const __m512 vc = _mm512_set1_ps(scale * native::kLog2e);
+  const size_t ldq_bytes = ldq * sizeof(uint32_t), steps = pairs / 16;
+  const auto* q_bytes = reinterpret_cast<const char*>(q);
+  for (size_t r = 0; r < rows; r += 32) {
+    const bool two_rows = r + 32 <= rows;
+    std::fill(part, part + 32 * 32, 0.0f);
+    for (size_t x = 0; x < cols; x += 32) {
+      // A step is 16 pair words of each query row (64 bytes).
+      if (two_rows) {
+        Block<2, 2, false>(q_bytes + r * ldq_bytes, ldq_bytes, kt + x, ldk, steps, 64, buf, 32);
+        ExpBlock<2>(buf, r, x, vc, mlog, p, ldp, part);
+      } else {
+        Block<1, 2, false>(q_bytes + r * ldq_bytes, ldq_bytes, kt + x, ldk, steps, 64, buf, 32);
+        ExpBlock<1>(buf, r, x, vc, mlog, p, ldp, part);
+      }
+    }
+    // Each row's sum as native::softmax_rows forms it: the two halves' sums added.
+    for (size_t i = 0; i < (two_rows ? 32u : 16u); ++i)
+      _mm512_storeu_ps(sums + (r + i) * 16, _mm512_add_ps(_mm512_load_ps(part + i * 32),
+                                                          _mm512_load_ps(part + i * 32 + 16)));
+  }
+  _mm256_zeroupper();
 }
 
 HEADLIGHT_AMX_TARGET void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs,
@@ -296,6 +357,10 @@ void qk_tile(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, s
 void pv_tile(const bf16*, size_t, size_t, size_t, const uint32_t*, size_t, size_t, float*, size_t,
              const float*) {
   fail("amx::pv_tile: no AMX on this architecture");
+}
+void qk_exp_tile(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float,
+                 const float*, bf16*, size_t, float*) {
+  fail("amx::qk_exp_tile: no AMX on this architecture");
 }
 void product(const bf16*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float*, size_t,
              bool) {

@@ -192,27 +192,6 @@ HEADLIGHT_BF16_TARGET void row_pairs(const float* x, size_t ldx, size_t rows, si
   }
 }
 
-// 2^t for t ≤ 0 (t may be −inf, NaN propagates), in seven instructions: t = n + f with n = ⌊t⌋
-// and f = t − n ∈ [0, 1) (vreduceps, rounding down), 2^f from a degree-4 polynomial, and 2^n
-// applied by vscalefps, which scales by 2^⌊t⌋ itself, so n is never formed. The polynomial is
-// exact at both ends (2^0 = 1, 2^1 = 2: a row's maximum weighs exactly 1, also when rounding puts
-// t a hair below 0) with relative error < 3.5·10⁻⁶ between (fitted on [0, 1), float arithmetic):
-// the weights are rounded to bf16 for P·V (half-ulp 2·10⁻³), and the log-sum-exp, from the fp32
-// sums, stays within 10⁻⁵. Below −126 (and for −inf: masked keys) the result is exactly 0: those
-// lanes are zeroed by the scalef's mask rather than computed, because a denormal result (and the
-// sums of denormals after it) costs a microcode assist of a hundred cycles or more; from −126 up
-// the result is a normal number.
-HEADLIGHT_BF16_TARGET inline __m512 Exp2(__m512 t) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(t, _mm512_set1_ps(-126.0f), _CMP_NLT_UQ);  // or NaN
-  const __m512 f = _mm512_reduce_ps(t, _MM_FROUND_TO_NEG_INF);
-  __m512 p = _mm512_set1_ps(1.35557475e-2f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.20323701e-2f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.41379768e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.93032146e-1f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_maskz_scalef_ps(keep, p, t);
-}
-
 // Lane r of the result = the maximum of v[r]'s 16 lanes: four levels, each halving the vectors
 // by pairing blocks (vshuff32x4, then vshufps within blocks) and taking the maxima, 45
 // instructions for 16 rows where one row's own reduction takes about eight; the last level leaves
@@ -238,7 +217,6 @@ HEADLIGHT_BF16_TARGET inline __m512 RowMaxima(const __m512* v) {
 HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
                                         float* l, float* alpha, float scale, bf16* pb, size_t ldpb,
                                         const int32_t* row_cols) {
-  constexpr float kLog2e = 1.44269504088896341f;
   constexpr size_t kMaxRows = kSoftmaxRowsPerCall;
   for (; rows > kMaxRows; rows -= kMaxRows) {  // rows are independent: kMaxRows at a time
     softmax_rows(s, kMaxRows, cols, lds, m, l, alpha, scale, pb, ldpb, row_cols);
@@ -339,14 +317,14 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
         if (c >= lim) return _mm512_setzero_ps();
         return Exp2(_mm512_fmsub_ps(x_at(row, c, lim), vc, vml));
       };
-      __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, sum2 = sum0, sum3 = sum0;
+      // Two running sums: each 32 keys' pair of vectors added, then into the sum of its half of
+      // each 64 (amx::qk_exp_tile adds its blocks of 32 keys in the same order).
+      __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
       size_t c = 0;
       auto step64 = [&](size_t c, auto p) HEADLIGHT_BF16_TARGET {
         const __m512 p0 = p(c), p1 = p(c + 16), p2 = p(c + 32), p3 = p(c + 48);
-        sum0 = _mm512_add_ps(sum0, p0);
-        sum1 = _mm512_add_ps(sum1, p1);
-        sum2 = _mm512_add_ps(sum2, p2);
-        sum3 = _mm512_add_ps(sum3, p3);
+        sum0 = _mm512_add_ps(sum0, _mm512_add_ps(p0, p1));
+        sum1 = _mm512_add_ps(sum1, _mm512_add_ps(p2, p3));
         _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
         _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
       };
@@ -354,17 +332,16 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       for (; c + 64 <= cols; c += 64) step64(c, p_at);
       for (; c + 32 <= cols; c += 32) {
         const __m512 p0 = p_at(c), p1 = p_at(c + 16);
-        sum0 = _mm512_add_ps(sum0, p0);
-        sum1 = _mm512_add_ps(sum1, p1);
+        sum0 = _mm512_add_ps(sum0, _mm512_add_ps(p0, p1));
         _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
       }
       if (c < cols) {
         const __m512 p0 = p_at(c);
-        sum2 = _mm512_add_ps(sum2, p0);
+        sum1 = _mm512_add_ps(sum1, p0);
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c),
                             (__m256i)_mm512_cvtneps_pbh(p0));
       }
-      return _mm512_add_ps(_mm512_add_ps(sum0, sum1), _mm512_add_ps(sum2, sum3));
+      return _mm512_add_ps(sum0, sum1);
     };
     __m512 sum = pass(mn);
     // A NaN score makes its P NaN, and so the sums (as does an infinite score: ∞ − ∞). The row
@@ -391,6 +368,22 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     }
     _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr), sum));
   }
+}
+
+HEADLIGHT_BF16_TARGET bool commit_tile_sums(const float* sums, size_t rows, float* l,
+                                            float* alpha) {
+  const __m512 bound = _mm512_set1_ps(kLazyBound);
+  for (size_t r = 0; r < rows; ++r) {
+    const __m512 sum = _mm512_loadu_ps(sums + r * 16);
+    // NaN (unordered) or past the bound: the row's softmax_rows path (nan_row or the recompute)
+    if (_mm512_cmp_ps_mask(sum, bound, _CMP_NLE_UQ)) return false;
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    _mm512_storeu_ps(l + r * 16,
+                     _mm512_add_ps(_mm512_loadu_ps(l + r * 16), _mm512_loadu_ps(sums + r * 16)));
+    alpha[r] = 1.0f;
+  }
+  return true;
 }
 
 // Per 128-bit block: the block sums of four vectors, from the interleaved pair sums x (of the
@@ -649,7 +642,6 @@ HEADLIGHT_BF16_TARGET void scale_round_rows(const float* x, size_t ldx, size_t r
 
 HEADLIGHT_BF16_TARGET void exp_shift_rows(float* s, size_t rows, size_t cols, size_t lds,
                                           const float* lse, const int32_t* row_cols) {
-  constexpr float kLog2e = 1.44269504088896341f;
   const __m512 l2e = _mm512_set1_ps(kLog2e), vninf = _mm512_set1_ps(-__builtin_inff());
   for (size_t r = 0; r < rows; ++r) {
     float* row = s + r * lds;
@@ -704,6 +696,9 @@ void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float,
 }
 void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
   fail("row_pairs: no native bf16 path on this architecture");
+}
+bool commit_tile_sums(const float*, size_t, float*, float*) {
+  fail("commit_tile_sums: no native bf16 path on this architecture");
 }
 void scale_round_rows(const float*, size_t, size_t, size_t, const float*, bf16*, size_t) {
   fail("scale_round_rows: no native bf16 path on this architecture");
