@@ -57,7 +57,7 @@ struct Item {
         s(kRows * kKeys),
         pb(kRows * kKeys),
         o(kRows * d),
-        m(kRows),
+        m(2 * kRows),  // the maxima, then qk_exp_tile's new ones
         l(kRows * 16),
         alpha(kRows) {
     for (size_t i = 0; i < kRows * pairs; ++i)
@@ -83,8 +83,10 @@ struct Item {
   }
   void qk_exp(size_t b) {
     kernels::amx::qk_exp_tile(q.data, pairs, kRows, k_block(b), kKeys, pairs, kKeys, 0.125f, m.data,
-                              pb.data, kKeys, s.data);
-    if (!kernels::native::commit_tile_sums(s.data, kRows, l.data, alpha.data)) std::abort();
+                              m.data + kRows, pb.data, kKeys, s.data);
+    if (!kernels::native::commit_tile_sums(s.data, m.data + kRows, kRows, m.data, l.data,
+                                           alpha.data))
+      std::abort();
   }
   void pv(size_t b) {
     kernels::amx::pv_tile(pb.data, kKeys, kRows, kKeys / 2, v_block(b), d, d, o.data, d,

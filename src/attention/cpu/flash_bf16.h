@@ -59,20 +59,25 @@ void scale_round_rows(const float* x, size_t ldx, size_t rows, size_t width, con
 // diagonal's structural mask: no mask pass, and no exponentials past the limit).
 //
 // The reference maximum is lazy (FlashAttention-4's conditional rescaling): a row keeps the
-// maximum it has (m, α = 1) and takes the tile's only when it has none yet, so no pass over the
-// scores is spent on maxima once every row has one, and O is rarely rescaled. P against a stale
-// maximum may exceed 1; while every lane's sum stays within kLazyBound (so every P does, 2^16:
-// scores up to 11 above the reference) nothing overflows, and past it the row is computed again
-// against its true maximum. The result is the same softmax (m + ln l is the log-sum-exp either
-// way); only where P is rounded to bf16 differs, by a factor that is not a power of two.
+// maximum it has (m, α = 1) and takes one (that of its first kReferenceKeys keys) only when it
+// has none yet, so no pass over the scores is spent on maxima, and O is rarely rescaled. P against
+// a stale maximum may exceed 1; while every lane's sum stays within kLazyBound (so every P does,
+// 2^16: scores up to 11 above the reference) nothing overflows, and past it the row is computed
+// again against its true maximum. The result is the same softmax (m + ln l is the log-sum-exp
+// either way); only where P is rounded to bf16 differs, by a factor that is not a power of two.
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
                   float scale, bf16* pb, size_t ldpb, const int32_t* row_cols = nullptr);
 constexpr float kLazyBound = 65536.0f;
+// A row without a reference maximum takes the maximum of its first kReferenceKeys keys in the
+// tile (of all its keys there when those are all masked): a 2 × 2 block of AMX tiles' worth, so
+// that amx::qk_exp_tile can take it from the block it has just computed.
+constexpr size_t kReferenceKeys = 32;
 // After amx::qk_exp_tile: when every row r < rows has a sum (sums [rows, 16]) with no NaN and no
-// lane past kLazyBound, l[r] += it and α[r] = 1 (the maxima stay), exactly as softmax_rows would
+// lane past kLazyBound, l[r] += it, m[r] = m_new[r] and α[r] = 1, exactly as softmax_rows would
 // leave them, and returns true; else changes nothing and returns false (the tile then goes
 // through softmax_rows from its scores).
-bool commit_tile_sums(const float* sums, size_t rows, float* l, float* alpha);
+bool commit_tile_sums(const float* sums, const float* m_new, size_t rows, float* m, float* l,
+                      float* alpha);
 // x [rows, cols] fp32 (leading dim ldx) rounded to bf16 (vcvtneps2bf16: nearest even, denormals
 // to zero, as the products read them anyway) into row pairs dst [rows_pad / 2, ld] words: word
 // (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.
@@ -143,19 +148,21 @@ void qk_tile(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, siz
              size_t pairs, size_t cols, float scale, float* s, size_t lds);
 void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs, const uint32_t* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha);
-// A tile's scores and their exponentials in one pass, for rows that all have a reference maximum
-// m (native::softmax_rows's, not −inf) and no masks: each 2 × 2 block of scores (32 rows × 32
-// keys, qk_tile's raw scores) is stored into a buffer that stays in L1 and exponentiated at once,
-// P = 2^(s·scale·log2 e − m·log2 e) rounded to bf16 into p [rows, ldp], and each row's sum of P per
-// lane into sums [rows, 16]: the P and the sums of native::softmax_rows, bit for bit, without the
+// A tile's scores and their exponentials in one pass, for a tile without masks: each 2 × 2 block
+// of scores (32 rows × 32 keys, qk_tile's raw scores) is stored into a buffer that stays in L1 and
+// exponentiated at once, P = 2^(s·scale·log2 e − m·log2 e) rounded to bf16 into p [rows, ldp], and
+// each row's sum of P per lane into sums [rows, 16]. m is each row's reference maximum
+// (native::softmax_rows's); a row without one (−inf) takes the maximum of its first
+// kReferenceKeys scores, its first block's, into m_new [rows] (the others copy m). The P, sums
+// and maxima of native::softmax_rows, bit for bit, without the
 // scores' round trip through L2 (their tile stores into the 128 KiB score tile cost more than the
 // products at D = 64). native::commit_tile_sums then adds the sums, or says that a row needs
 // softmax_rows (a NaN, or a sum past kLazyBound). Rows at most kMaxQkExpRows, run as whole tiles
 // of 16: q, p and sums hold rows up to `rows` rounded up to 16 (those past it are junk, never
 // read; m is read only below `rows`). cols a multiple of 64.
 void qk_exp_tile(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,
-                 size_t pairs, size_t cols, float scale, const float* m, bf16* p, size_t ldp,
-                 float* sums);
+                 size_t pairs, size_t cols, float scale, const float* m, float* m_new, bf16* p,
+                 size_t ldp, float* sums);
 constexpr size_t kMaxQkExpRows = 256;
 // c[rows, cols] = (or += with accumulate) a · b: a bf16 rows [rows, 32·steps] (leading dim lda
 // elements), b pair words [16·steps, ldb]; rows and cols multiples of 16.

@@ -183,15 +183,19 @@ HEADLIGHT_AMX_TARGET void qk_tile(const uint32_t* q, size_t ldq, size_t rows, co
 
 HEADLIGHT_AMX_TARGET void qk_exp_tile(const uint32_t* q, size_t ldq, size_t rows,
                                       const uint32_t* kt, size_t ldk, size_t pairs, size_t cols,
-                                      float scale, const float* m, bf16* p, size_t ldp,
-                                      float* sums) {
+                                      float scale, const float* m, float* m_new, bf16* p,
+                                      size_t ldp, float* sums) {
   check(cols % 64 == 0 && rows <= kMaxQkExpRows,
         "amx::qk_exp_tile: cols must be a multiple of 64 and rows at most {}", kMaxQkExpRows);
   alignas(64) float buf[32 * 32];         // one block's scores: [32 rows, 32 keys], in L1
   alignas(64) float part[32 * 32];        // the running sums of 32 rows: [row][2][16]
   alignas(64) float mlog[kMaxQkExpRows];  // m · log2 e per row; 0 for the junk rows
   const size_t rows16 = (rows + 15) / 16 * 16;
-  for (size_t r = 0; r < rows16; ++r) mlog[r] = r < rows ? m[r] * native::kLog2e : 0.0f;
+  for (size_t r = 0; r < rows16; ++r) {
+    if (r < rows) m_new[r] = m[r];
+    mlog[r] = r < rows ? m[r] * native::kLog2e : 0.0f;
+  }
+  const size_t real_rows = rows;
   rows = rows16;
   const __m512 vc = _mm512_set1_ps(scale * native::kLog2e);
   const size_t ldq_bytes = ldq * sizeof(uint32_t), steps = pairs / 16;
@@ -201,13 +205,23 @@ HEADLIGHT_AMX_TARGET void qk_exp_tile(const uint32_t* q, size_t ldq, size_t rows
     std::fill(part, part + 32 * 32, 0.0f);
     for (size_t x = 0; x < cols; x += 32) {
       // A step is 16 pair words of each query row (64 bytes).
-      if (two_rows) {
+      if (two_rows)
         Block<2, 2, false>(q_bytes + r * ldq_bytes, ldq_bytes, kt + x, ldk, steps, 64, buf, 32);
-        ExpBlock<2>(buf, r, x, vc, mlog, p, ldp, part);
-      } else {
+      else
         Block<1, 2, false>(q_bytes + r * ldq_bytes, ldq_bytes, kt + x, ldk, steps, 64, buf, 32);
+      static_assert(native::kReferenceKeys == 32, "a row's first maximum is its first block's");
+      if (x == 0)  // rows without a reference maximum take their first block's (kReferenceKeys)
+        for (size_t i = 0; i < (two_rows ? 32u : 16u) && r + i < real_rows; ++i)
+          if (m[r + i] == -__builtin_inff()) {
+            const float first = _mm512_reduce_max_ps(
+                _mm512_max_ps(_mm512_load_ps(buf + i * 32), _mm512_load_ps(buf + i * 32 + 16)));
+            m_new[r + i] = first * scale;
+            mlog[r + i] = m_new[r + i] * native::kLog2e;
+          }
+      if (two_rows)
+        ExpBlock<2>(buf, r, x, vc, mlog, p, ldp, part);
+      else
         ExpBlock<1>(buf, r, x, vc, mlog, p, ldp, part);
-      }
     }
     // Each row's sum as native::softmax_rows forms it: the two halves' sums added.
     for (size_t i = 0; i < (two_rows ? 32u : 16u); ++i)
@@ -359,7 +373,7 @@ void pv_tile(const bf16*, size_t, size_t, size_t, const uint32_t*, size_t, size_
   fail("amx::pv_tile: no AMX on this architecture");
 }
 void qk_exp_tile(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float,
-                 const float*, bf16*, size_t, float*) {
+                 const float*, float*, bf16*, size_t, float*) {
   fail("amx::qk_exp_tile: no AMX on this architecture");
 }
 void product(const bf16*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float*, size_t,

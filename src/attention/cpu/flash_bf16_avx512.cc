@@ -247,11 +247,13 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     for (; c < lim; c += 16) vmax0 = _mm512_max_ps(vmax0, x_at(row, c, lim));
     return _mm512_max_ps(vmax0, vmax1);
   };
-  // A: the tile maximum (scaled) of the rows that have no reference maximum yet (m = −inf: no
-  // allowed key so far), 16 rows at a time: each row's lanes, then the 16 vectors reduced
-  // together (RowMaxima); groups whose every row has one skip it. A NaN score may or may not come
-  // through vmaxps (it returns its second operand when either is NaN); pass C finds it in the
-  // sums (below).
+  // A: the first maximum (scaled) of the rows that have no reference maximum yet (m = −inf: no
+  // allowed key so far), 16 rows at a time: the maximum of each row's first kReferenceKeys keys,
+  // their lanes reduced together (RowMaxima), or of all its keys in the tile where those are all
+  // masked; groups whose every row has one skip it. A NaN score may or may not come through
+  // vmaxps (it returns its second operand when either is NaN); pass C finds it in the sums
+  // (below).
+  const __m512 vscale = _mm512_set1_ps(scale);
   for (size_t r0 = 0; r0 < rows; r0 += 16) {
     bool fresh = false;
     for (size_t r = r0; r < std::min(rows, r0 + 16); ++r) fresh |= m[r] == ninf;
@@ -261,8 +263,13 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     }
     __m512 lanes[16];
     for (size_t k = 0; k < 16; ++k)
-      lanes[k] = r0 + k < rows ? row_max(s + (r0 + k) * lds, limit(r0 + k)) : vninf;
-    _mm512_store_ps(tile_max + r0, _mm512_mul_ps(RowMaxima(lanes), _mm512_set1_ps(scale)));
+      lanes[k] = r0 + k < rows
+                     ? row_max(s + (r0 + k) * lds, std::min(limit(r0 + k), kReferenceKeys))
+                     : vninf;
+    _mm512_store_ps(tile_max + r0, _mm512_mul_ps(RowMaxima(lanes), vscale));
+    for (size_t r = r0; r < std::min(rows, r0 + 16); ++r)
+      if (m[r] == ninf && tile_max[r] == ninf && limit(r) > kReferenceKeys)
+        tile_max[r] = _mm512_reduce_max_ps(row_max(s + r * lds, limit(r))) * scale;
   }
   // B: 16 rows at a time, the reference maxima: a row that has one keeps it, α = 1 (P may then
   // exceed 1: pass C bounds it); a row without takes the tile's (α = 1: its O and l are still
@@ -370,8 +377,8 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   }
 }
 
-HEADLIGHT_BF16_TARGET bool commit_tile_sums(const float* sums, size_t rows, float* l,
-                                            float* alpha) {
+HEADLIGHT_BF16_TARGET bool commit_tile_sums(const float* sums, const float* m_new, size_t rows,
+                                            float* m, float* l, float* alpha) {
   const __m512 bound = _mm512_set1_ps(kLazyBound);
   for (size_t r = 0; r < rows; ++r) {
     const __m512 sum = _mm512_loadu_ps(sums + r * 16);
@@ -381,6 +388,7 @@ HEADLIGHT_BF16_TARGET bool commit_tile_sums(const float* sums, size_t rows, floa
   for (size_t r = 0; r < rows; ++r) {
     _mm512_storeu_ps(l + r * 16,
                      _mm512_add_ps(_mm512_loadu_ps(l + r * 16), _mm512_loadu_ps(sums + r * 16)));
+    m[r] = m_new[r];
     alpha[r] = 1.0f;
   }
   return true;
@@ -697,7 +705,7 @@ void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float,
 void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
   fail("row_pairs: no native bf16 path on this architecture");
 }
-bool commit_tile_sums(const float*, size_t, float*, float*) {
+bool commit_tile_sums(const float*, const float*, size_t, float*, float*, float*) {
   fail("commit_tile_sums: no native bf16 path on this architecture");
 }
 void scale_round_rows(const float*, size_t, size_t, size_t, const float*, bf16*, size_t) {

@@ -265,9 +265,9 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     // whole tile): N = 2048, D = 64 causal 4.53–4.69 → 4.32–4.55 ms, N = 512 2–5% less.
     const bool limits = plan.native_softmax && round_in_softmax && !stats &&
                         row_limits(p, {b, g * G, i0, rows, j0, cols, partial}, w.argcol);
-    // A whole tile without masks whose rows all have a reference maximum (every block but an
-    // item's first): on AMX its scores go straight from the tiles into their exponentials
-    // (amx::qk_exp_tile, the same P and sums as softmax_rows) instead of through the score tile.
+    // A whole tile without masks: on AMX its scores go straight from the tiles into their
+    // exponentials (amx::qk_exp_tile: the same maxima, P and sums as softmax_rows) instead of
+    // through the score tile.
     // Binaries alternated, medians of 5, ms: N = 2048, 8 heads, D = 64 6.01 → 5.35, D = 128
     // 9.00 → 8.92; N = 8192, one head, D = 64 12.26 → 10.84, D = 128 18.40 → 17.68.
     const bool fused = plan.amx && plan.native_softmax && round_in_softmax && raw_scores &&
@@ -277,16 +277,20 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       const int64_t h = g * G + hg;
       const TilePos tile{b, h, i0, rows, j0, cols, partial};
       float* o_hg = w.o + hg * plan.br * plan.dv_pad;
-      if (fused && std::none_of(w.m + hg * plan.br, w.m + hg * plan.br + rows,
-                                [](float x) { return x == kNegInf; })) {
+      if (fused) {
         const auto [q_hg, ldq] = q_rows(hg);
+        // The rows' sums [rows16, 16] and maxima [rows] in the score tile, which this path leaves
+        // unused.
+        float* sums = w.s;
+        float* m_new = w.s + round_up(rows, 16) * 16;
         kernels::amx::qk_exp_tile(q_hg, static_cast<size_t>(ldq), static_cast<size_t>(rows),
                                   reinterpret_cast<const uint32_t*>(kt),
                                   static_cast<size_t>(plan.bc_pad), static_cast<size_t>(plan.pairs),
                                   static_cast<size_t>(cols), effective_scale(p), w.m + hg * plan.br,
-                                  w.pb, static_cast<size_t>(plan.bc_pad), w.s);
-        if (kernels::native::commit_tile_sums(w.s, static_cast<size_t>(rows),
-                                              w.l + hg * plan.br * plan.lanes, w.alpha)) {
+                                  m_new, w.pb, static_cast<size_t>(plan.bc_pad), sums);
+        if (kernels::native::commit_tile_sums(sums, m_new, static_cast<size_t>(rows),
+                                              w.m + hg * plan.br, w.l + hg * plan.br * plan.lanes,
+                                              w.alpha)) {
           pv_tile_bf16(plan, w, nullptr, rows, cols, kt, o_hg, w.alpha, first_row_columns(p, tile));
           continue;
         }
