@@ -15,7 +15,7 @@
 //   FusedChain/D  QkExp then PV, as the forward runs the whole tiles without masks after an
 //              item's first
 //
-// Run: build/release/bench/micro/forward_tiles [--benchmark_filter=Chain]
+// Run: build/release/bench/micro/forward_tiles [--benchmark_filter=Chain] (names Run/Phase/D)
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -125,31 +125,12 @@ void Run(benchmark::State& state, Phase phase) {
       units, benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
 
-void Qk(benchmark::State& state) {
-  Run(state, Phase::qk);
-}
-void Softmax(benchmark::State& state) {
-  Run(state, Phase::softmax);
-}
-void Pv(benchmark::State& state) {
-  Run(state, Phase::pv);
-}
-void Chain(benchmark::State& state) {
-  Run(state, Phase::chain);
-}
-void QkExp(benchmark::State& state) {
-  Run(state, Phase::qk_exp);
-}
-void FusedChain(benchmark::State& state) {
-  Run(state, Phase::fused_chain);
-}
-
-BENCHMARK(Qk)->Arg(64)->Arg(128);
-BENCHMARK(Softmax)->Arg(64);
-BENCHMARK(Pv)->Arg(64)->Arg(128);
-BENCHMARK(Chain)->Arg(64)->Arg(128);
-BENCHMARK(QkExp)->Arg(64)->Arg(128);
-BENCHMARK(FusedChain)->Arg(64)->Arg(128);
+BENCHMARK_CAPTURE(Run, Qk, Phase::qk)->Arg(64)->Arg(128);
+BENCHMARK_CAPTURE(Run, Softmax, Phase::softmax)->Arg(64);
+BENCHMARK_CAPTURE(Run, Pv, Phase::pv)->Arg(64)->Arg(128);
+BENCHMARK_CAPTURE(Run, Chain, Phase::chain)->Arg(64)->Arg(128);
+BENCHMARK_CAPTURE(Run, QkExp, Phase::qk_exp)->Arg(64)->Arg(128);
+BENCHMARK_CAPTURE(Run, FusedChain, Phase::fused_chain)->Arg(64)->Arg(128);
 
 }  // namespace
 
