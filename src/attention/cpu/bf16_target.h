@@ -39,7 +39,8 @@ HEADLIGHT_BF16_TARGET inline __m512 DotBroadcast(__m512 acc, __m512bh x, const u
 
 constexpr float kLog2e = 1.44269504088896341f;
 
-// 2^t for t ≤ 0 (t may be −inf, NaN propagates), in seven instructions: t = n + f with n = ⌊t⌋
+// 2^t (t may be −inf, NaN propagates; t ≤ 0 against a row's true maximum, up to 16 against a lazy
+// one within kLazyBound, flash_bf16.h), in seven instructions: t = n + f with n = ⌊t⌋
 // and f = t − n ∈ [0, 1) (vreduceps, rounding down), 2^f from a degree-4 polynomial, and 2^n
 // applied by vscalefps, which scales by 2^⌊t⌋ itself, so n is never formed. The polynomial is
 // exact at both ends (2^0 = 1, 2^1 = 2: a row's maximum weighs exactly 1, also when rounding puts

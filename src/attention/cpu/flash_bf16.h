@@ -154,10 +154,10 @@ void pv_tile(const bf16* p, size_t ldp, size_t rows, size_t pairs, const uint32_
 // each row's sum of P per lane into sums [rows, 16]. m is each row's reference maximum
 // (native::softmax_rows's); a row without one (−inf) takes the maximum of its first
 // kReferenceKeys scores, its first block's, into m_new [rows] (the others copy m). The P, sums
-// and maxima of native::softmax_rows, bit for bit, without the
-// scores' round trip through L2 (their tile stores into the 128 KiB score tile cost more than the
-// products at D = 64). native::commit_tile_sums then adds the sums, or says that a row needs
-// softmax_rows (a NaN, or a sum past kLazyBound). Rows at most kMaxQkExpRows, run as whole tiles
+// and maxima of native::softmax_rows, bit for bit, without the scores' round trip through L2
+// (their tile stores into the 128 KiB score tile cost more than the products at D = 64).
+// native::commit_tile_sums then adds the sums, or says that a row needs softmax_rows (a NaN, or a
+// sum past kLazyBound). Rows at most kMaxQkExpRows, run as whole tiles
 // of 16: q, p and sums hold rows up to `rows` rounded up to 16 (those past it are junk, never
 // read; m is read only below `rows`). cols a multiple of 64.
 void qk_exp_tile(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,

@@ -19,8 +19,8 @@
 // strides, into a buffer kept across calls; V is read where it lies when its rows are whole vectors
 // wide and packed as [Bc, Dv] otherwise. Each item then visits its key blocks and, per head:
 //     QkTile → soft-cap → per-element bias and masks → SoftmaxRows → (dropout) → PvTile,
-// or on AMX, for a whole tile without masks whose rows all have a reference maximum, the scores
-// and their exponentials in one pass (amx::qk_exp_tile: the same P and sums) → PvTile.
+// or on AMX, for a whole tile without masks, the scores and their exponentials in one pass
+// (amx::qk_exp_tile: the same maxima, P and sums as SoftmaxRows) → PvTile.
 // Causal, window and key-length masks are structural: each row i allows the key range
 // [lo(i), hi(i)], both non-decreasing in i, so the item visits only the key blocks that meet the
 // union of its rows' ranges (blocks entirely outside are skipped, not masked) and applies
