@@ -422,10 +422,12 @@ Plan make_plan(const AttentionParams& p) {
   plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);
   // AMX: whole 16-row tiles; 128 rows without a band (each K and V tile serves twice the rows
   // of 64, and the lazy softmax reads the 128 KiB of scores once: N = 2048, D = 64 6.56 → 6.40
-  // ms, medians of 7 alternating runs; N = 512 unchanged), 48 with one (its diagonal tiles waste
-  // less; 96 or 128 were no faster).
+  // ms, medians of 7 alternating runs; N = 512 unchanged), 64 with one (its diagonal tiles waste
+  // less than with more rows; 48 had been as fast until amx::qk_exp_tile, whose blocks of two row
+  // tiles a third of 48 rows miss: causal D = 64, N = 512, 1024, 2048 3% faster with 64, N = 1024,
+  // D = 128 5%, N = 2048, D = 128 the same; 96 and 128 no faster).
   if (plan.amx)
-    plan.br = std::min<int64_t>(long_kv_amx(sh) ? 256 : banded ? 48 : 128, round_up(sh.len_q, 16));
+    plan.br = std::min<int64_t>(long_kv_amx(sh) ? 256 : banded ? 64 : 128, round_up(sh.len_q, 16));
   else if (plan.bf16 && !plan.in_place_bf16 && sh.len_kv >= kLongKeys)
     plan.br = std::min(kLongKeyRowsNative, sh.len_q);  // vdpbf16ps or widened
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);
