@@ -1,7 +1,8 @@
 // The bf16 online softmax's special rows (native::softmax_rows, flash_bf16.h) through the fused
 // forward on every path this CPU has: NaN scores stay in the rows that see them, and scores far
-// above a row's first maximum (the lazy reference maximum) give the reference's values. The bounds
-// are flash_bf16_test.cc's.
+// above a row's first maximum (the lazy reference maximum) give the reference's values; on AMX,
+// the one-pass tiles (amx::qk_exp_tile) give the two-pass tiles' bits. The bounds are
+// flash_bf16_test.cc's.
 
 #include <gtest/gtest.h>
 
@@ -87,9 +88,9 @@ TEST(FlashBf16, ScoresFarAboveARowsFirstMaximum) {
 }
 
 TEST(FlashBf16, ScoresAndTheirExponentialsInOnePassGiveTheSameBits) {
-  // On AMX a whole tile without masks whose rows all have a reference maximum (every key block
-  // but an item's first) goes through amx::qk_exp_tile: the scores exponentiated as each 2 × 2
-  // block of tiles leaves the matrix unit, the same P and sums as softmax_rows. A boolean mask
+  // On AMX a whole tile without masks goes through amx::qk_exp_tile: the scores exponentiated as
+  // each 2 × 2 block of tiles leaves the matrix unit (a row's first maximum from its first
+  // block), the same maxima, P and sums as softmax_rows. A boolean mask
   // that allows every key sends every tile through qk_tile and softmax_rows instead: the outputs
   // (bf16 and fp32) and log-sum-exps must be the same bits. Shapes: rows that leave a tile of 16
   // alone (200, 130, 100), 64 keys in a last block (320), GQA, D = 32 to 128; one head with a key
