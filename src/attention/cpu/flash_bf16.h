@@ -180,6 +180,30 @@ void blocked_pv(const bf16* p, size_t ldp, size_t rows, size_t j0, size_t cols, 
                 size_t width, float* o, size_t ldo, const float* alpha, uint32_t* spare);
 // blocked_pv's spare: one step's value pairs, 16 key pairs × at most 64 words.
 constexpr size_t kBlockedSpareWords = 16 * 64;
+// Decode from bf16 rows where they lie (a row-layout cache; native::decode_scores_bf16 and
+// decode_pv_bf16 on vdpbf16ps), on the tiles: the scores as Sᵀ = K · Qᵀ with the key rows as A
+// tiles, P·V with the value rows as B tiles (flash_bf16_amx.cc). rows_scores: s[r, c] = scale ·
+// q[r] · k[c] for r < rows (any) and c < cols rounded up to 16 (the lanes past cols: 0, to be
+// masked), q and k as pair words (leading dims ldq and ldk words), pairs = D / 2 a multiple of
+// 16, at most 64. With ahead.v (the value rows of the same keys, ahead.ldv elements apart, width
+// Dv) the key rows kDecodeAhead keys on and the value rows are prefetched into L2 as the keys are
+// scored: a line a page (kPageBytes), or with every_line each line of each row.
+struct RowsAhead {
+  const bf16* v = nullptr;
+  size_t ldv = 0, width = 0;
+  bool every_line = false;
+};
+void rows_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, size_t ldk,
+                 size_t pairs, size_t cols, float scale, float* s, size_t lds,
+                 const RowsAhead& ahead = {});
+// rows_pv: o = α ⊙ o + P · V[0, cols) for rows up to `rows` rounded up to 16 (those past `rows`
+// are junk, never read), P bf16 rows [rows, ldp elements] (read up to cols), V's rows where they
+// lie (leading dim ldv elements), width (Dv) 32, 64, 96 or 128. o holds each 32 outputs as their
+// 16 even then their 16 odd ones, from zeros or earlier rows_pv calls; rows_order then puts each
+// row's outputs in order.
+void rows_pv(const bf16* p, size_t ldp, size_t rows, size_t cols, const bf16* v, size_t ldv,
+             size_t width, float* o, size_t ldo, const float* alpha);
+void rows_order(float* o, size_t ldo, size_t rows, size_t width);
 }  // namespace amx
 
 }  // namespace headlight::attention::cpu::kernels

@@ -355,6 +355,242 @@ HEADLIGHT_AMX_TARGET void blocked_pv(const bf16* p, size_t ldp, size_t rows, siz
   _mm256_zeroupper();
 }
 
+namespace {
+
+// Decode from bf16 rows where they lie (a row-layout cache, no packing).
+//
+// Scores as Sᵀ = K · Qᵀ: a key row's 32 elements are 16 pair words, which is an A tile's row as it
+// lies (16 keys, rows ldk words apart), and Qᵀ is the B tile [16 pairs][16 query rows] of pair
+// words, built once for a block of 16 query rows and resident in tiles 4 .. 3 + S while the keys
+// pass (S ≤ 4 steps: D ≤ 128). Each group of 16 keys is 16 columns of S, stored transposed.
+//
+// P·V with the value rows as they lie as B tiles: a B tile's row k is then key k's 32 elements
+// (pair words of adjacent elements), and tdpbf16ps adds A[m, 2k] · V[k, 2n] + A[m, 2k + 1] ·
+// V[k, 2n + 1] into C[m, n]. With A's word k = (P[m, k], 0) the product is Σ_k P[m, k] V[k, 2n]
+// (the even outputs), with (0, P[m, k]) the odd ones: two products a group of 16 keys and 32
+// outputs, half of each product's multiplications by zero, and no interleave of the value rows.
+// The accumulators hold each 32 outputs as [16 even | 16 odd] (rows_pv); rows_order puts them
+// back. The arithmetic is far below the memory's pace either way: at D = 128 a key costs 4
+// products of scores and 8 of P·V (about 8 cycles) against ≈ 120 cycles to read its 512 bytes.
+
+// Accumulator C = 16 key rows (kp, ld_bytes apart) · the resident Qᵀ, S steps of 16 pairs; A
+// tiles 2 and 3 in turn. (The tile intrinsics take their tile numbers as literals.)
+#define HEADLIGHT_ROWS_SCORES(C, S, kp, ld_bytes)   \
+  do {                                              \
+    _tile_zero(C);                                  \
+    _tile_loadd(2, (kp), (ld_bytes));               \
+    _tile_dpbf16ps(C, 2, 4);                        \
+    if constexpr ((S) > 1) {                        \
+      _tile_loadd(3, (kp) + 16, (ld_bytes));        \
+      _tile_dpbf16ps(C, 3, 5);                      \
+    }                                               \
+    if constexpr ((S) > 2) {                        \
+      _tile_loadd(2, (kp) + 32, (ld_bytes));        \
+      _tile_dpbf16ps(C, 2, 6);                      \
+    }                                               \
+    if constexpr ((S) > 3) {                        \
+      _tile_loadd(3, (kp) + 48, (ld_bytes));        \
+      _tile_dpbf16ps(C, 3, 7);                      \
+    }                                               \
+  } while (false)
+
+// s[r, i] = scale · buf[i, r] for r < rows, i < 16: column r of one group's Sᵀ [16 keys, 16 rows].
+HEADLIGHT_AMX_TARGET inline void StoreTransposed(const float* buf, size_t rows, __m512 vs, float* s,
+                                                 size_t lds) {
+  const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
+                                           192, 208, 224, 240);
+  for (size_t r = 0; r < rows; ++r)
+    _mm512_storeu_ps(s + r * lds,
+                     _mm512_mul_ps(vs, _mm512_i32gather_ps(
+                                           _mm512_add_epi32(column, _mm512_set1_epi32(
+                                                                        static_cast<int>(r))),
+                                           buf, 4)));
+}
+
+// Prefetches into L2 for rows_scores: one line a page of the 16 key rows at kp and of their value
+// rows (the rows contiguous: the hardware prefetchers take the rest of each page), or every line
+// of each row (rows apart, which they follow poorly).
+HEADLIGHT_AMX_TARGET inline void PrefetchRows(const char* rows, size_t ld_bytes, size_t row_bytes,
+                                              bool every_line) {
+  if (every_line) {
+    for (size_t i = 0; i < 16; ++i)
+      for (size_t x = 0; x < row_bytes; x += 64) _mm_prefetch(rows + i * ld_bytes + x, _MM_HINT_T1);
+    return;
+  }
+  for (size_t x = 0; x < 16 * ld_bytes; x += native::kPageBytes) _mm_prefetch(rows + x, _MM_HINT_T1);
+}
+
+template <size_t S>
+HEADLIGHT_AMX_TARGET void RowsScores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k,
+                                     size_t ldk, size_t cols, float scale, float* s, size_t lds,
+                                     const RowsAhead& ahead) {
+  constexpr size_t pairs = S * 16;
+  alignas(64) uint32_t qt[pairs * 16];    // Qᵀ: [pairs][16 query rows]
+  alignas(64) float buf[2][16 * 16];      // two groups' Sᵀ: [16 keys][16 query rows]
+  alignas(64) uint32_t tail[16 * pairs];  // a last group's keys, zero past cols
+  const size_t ldk_bytes = ldk * sizeof(uint32_t), key_bytes = pairs * sizeof(uint32_t);
+  const __m512 vs = _mm512_set1_ps(scale);
+  const auto* v_bytes = reinterpret_cast<const char*>(ahead.v);
+  const size_t ldv_bytes = ahead.ldv * sizeof(bf16), v_row_bytes = ahead.width * sizeof(bf16);
+  for (size_t r0 = 0; r0 < rows; r0 += 16) {
+    const size_t n = std::min<size_t>(16, rows - r0);
+    for (size_t e = 0; e < pairs; ++e)
+      for (size_t r = 0; r < 16; ++r) qt[e * 16 + r] = r < n ? q[(r0 + r) * ldq + e] : 0u;
+    _tile_loadd(4, qt, 64);
+    if constexpr (S > 1) _tile_loadd(5, qt + 256, 64);
+    if constexpr (S > 2) _tile_loadd(6, qt + 512, 64);
+    if constexpr (S > 3) _tile_loadd(7, qt + 768, 64);
+    // Group c's tile (16 key rows at kp, ld bytes apart): the last keys copied with zeros past
+    // them (the rows past cols may hold anything); the first block of rows reads the keys from
+    // memory and prefetches.
+    auto group = [&](size_t c, size_t& ld) HEADLIGHT_AMX_TARGET -> const uint32_t* {
+      const uint32_t* kp = k + c * ldk;
+      ld = ldk_bytes;
+      if (c + 16 > cols) {
+        const size_t m = cols - c;
+        for (size_t i = 0; i < m; ++i) std::memcpy(tail + i * pairs, kp + i * ldk, key_bytes);
+        std::memset(tail + m * pairs, 0, (16 - m) * key_bytes);
+        ld = key_bytes;
+        return tail;
+      }
+      if (r0 == 0 && v_bytes) {
+        if (c + native::kDecodeAhead + 16 <= cols)
+          PrefetchRows(reinterpret_cast<const char*>(kp + native::kDecodeAhead * ldk), ldk_bytes,
+                       key_bytes, ahead.every_line);
+        PrefetchRows(v_bytes + c * ldv_bytes, ldv_bytes, v_row_bytes, ahead.every_line);
+      }
+      return kp;
+    };
+    // Two groups a step in accumulators 0 and 1: each group's scores are stored and transposed
+    // while the other's products run.
+    float* sr = s + r0 * lds;
+    for (size_t c = 0; c < cols; c += 32) {
+      size_t ld0 = 0, ld1 = 0;
+      const uint32_t* k0 = group(c, ld0);
+      HEADLIGHT_ROWS_SCORES(0, S, k0, ld0);
+      if (c > 0) {
+        _tile_stored(1, buf[1], 64);
+        StoreTransposed(buf[1], n, vs, sr + c - 16, lds);
+      }
+      if (c + 16 < cols) {
+        const uint32_t* k1 = group(c + 16, ld1);
+        HEADLIGHT_ROWS_SCORES(1, S, k1, ld1);
+      }
+      _tile_stored(0, buf[0], 64);
+      StoreTransposed(buf[0], n, vs, sr + c, lds);
+    }
+    const size_t last = (cols + 15) / 16 * 16 - 16;  // the last group's first key
+    if (last % 32 == 16) {
+      _tile_stored(1, buf[1], 64);
+      StoreTransposed(buf[1], n, vs, sr + last, lds);
+    }
+  }
+}
+
+#undef HEADLIGHT_ROWS_SCORES
+
+}  // namespace
+
+HEADLIGHT_AMX_TARGET void rows_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k,
+                                      size_t ldk, size_t pairs, size_t cols, float scale, float* s,
+                                      size_t lds, const RowsAhead& ahead) {
+  constexpr decltype(&RowsScores<1>) kSteps[] = {RowsScores<1>, RowsScores<2>, RowsScores<3>,
+                                                 RowsScores<4>};
+  check(pairs % 16 == 0 && pairs >= 16 && pairs <= 64,
+        "amx::rows_scores: pairs must be 16, 32, 48 or 64");
+  kSteps[pairs / 16 - 1](q, ldq, rows, k, ldk, cols, scale, s, lds, ahead);
+  _mm256_zeroupper();
+}
+
+HEADLIGHT_AMX_TARGET void rows_pv(const bf16* p, size_t ldp, size_t rows, size_t cols,
+                                  const bf16* v, size_t ldv, size_t width, float* o, size_t ldo,
+                                  const float* alpha) {
+  check(width % 32 == 0 && width >= 32 && width <= 128,
+        "amx::rows_pv: width must be 32, 64, 96 or 128");
+  if (alpha) ScaleRows(o, ldo, rows, width, alpha);
+  constexpr size_t kChunk = 128;  // keys whose P words are formed at once
+  alignas(64) uint32_t pw[kChunk / 16][2][16 * 16];  // per group of 16 keys: A tiles even, odd
+  alignas(64) bf16 tail[16 * 128];                   // a last group's value rows, zero past cols
+  const size_t ldv_bytes = ldv * sizeof(bf16), ldo_bytes = ldo * sizeof(float);
+  for (size_t r0 = 0; r0 < rows; r0 += 16) {
+    const size_t n = std::min<size_t>(16, rows - r0);
+    float* orow = o + r0 * ldo;
+    for (size_t g = 0; g < kChunk / 16; ++g)  // the rows past `rows`: zero
+      for (size_t r = n; r < 16; ++r) {
+        _mm512_store_si512(pw[g][0] + r * 16, _mm512_setzero_si512());
+        _mm512_store_si512(pw[g][1] + r * 16, _mm512_setzero_si512());
+      }
+    for (size_t c0 = 0; c0 < cols; c0 += kChunk) {
+      const size_t keys = std::min(kChunk, cols - c0), groups = (keys + 15) / 16;
+      for (size_t g = 0; g < groups; ++g) {  // A's words: (P, 0) and (0, P), zero past cols
+        const size_t m = std::min<size_t>(16, keys - g * 16);
+        const auto mask = static_cast<__mmask16>((1u << m) - 1);
+        for (size_t r = 0; r < n; ++r) {
+          const __m512i w = _mm512_cvtepu16_epi32(
+              _mm256_maskz_loadu_epi16(mask, p + (r0 + r) * ldp + c0 + g * 16));
+          _mm512_store_si512(pw[g][0] + r * 16, w);
+          _mm512_store_si512(pw[g][1] + r * 16, _mm512_slli_epi32(w, 16));
+        }
+      }
+      const bf16* vc = v + c0 * ldv;
+      const size_t whole = keys / 16;  // groups of 16 keys; a short last one goes through tail
+      if (whole < groups) {
+        const size_t m = keys - whole * 16;
+        for (size_t i = 0; i < m; ++i)
+          std::memcpy(tail + i * width, vc + (whole * 16 + i) * ldv, width * sizeof(bf16));
+        std::fill(tail + m * width, tail + 16 * width, bf16{});
+      }
+      // Even outputs, then odd: each pass reads the chunk's value rows whole (the first from
+      // memory, the second from L1), up to 4 groups of 32 outputs in accumulators 0-3.
+      const size_t ng = width / 32;
+      for (size_t parity = 0; parity < 2; ++parity) {
+        float* oc = orow + 16 * parity;
+        _tile_loadd(0, oc, ldo_bytes);
+        if (ng > 1) _tile_loadd(1, oc + 32, ldo_bytes);
+        if (ng > 2) _tile_loadd(2, oc + 64, ldo_bytes);
+        if (ng > 3) _tile_loadd(3, oc + 96, ldo_bytes);
+        for (size_t g = 0; g < groups; ++g) {
+          const bf16* vg = g < whole ? vc + g * 16 * ldv : tail;
+          const size_t ld = g < whole ? ldv_bytes : width * sizeof(bf16);
+          _tile_loadd(4, pw[g][parity], 64);
+          _tile_loadd(6, vg, ld);
+          _tile_dpbf16ps(0, 4, 6);
+          if (ng > 1) {
+            _tile_loadd(7, vg + 32, ld);
+            _tile_dpbf16ps(1, 4, 7);
+          }
+          if (ng > 2) {
+            _tile_loadd(6, vg + 64, ld);
+            _tile_dpbf16ps(2, 4, 6);
+          }
+          if (ng > 3) {
+            _tile_loadd(7, vg + 96, ld);
+            _tile_dpbf16ps(3, 4, 7);
+          }
+        }
+        _tile_stored(0, oc, ldo_bytes);
+        if (ng > 1) _tile_stored(1, oc + 32, ldo_bytes);
+        if (ng > 2) _tile_stored(2, oc + 64, ldo_bytes);
+        if (ng > 3) _tile_stored(3, oc + 96, ldo_bytes);
+      }
+    }
+  }
+  _mm256_zeroupper();
+}
+
+HEADLIGHT_AMX_TARGET void rows_order(float* o, size_t ldo, size_t rows, size_t width) {
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t x = 0; x < width; x += 32) {
+      float* at = o + r * ldo + x;
+      const __m512 even = _mm512_loadu_ps(at), odd = _mm512_loadu_ps(at + 16);
+      _mm512_storeu_ps(at, _mm512_permutex2var_ps(even, lo, odd));
+      _mm512_storeu_ps(at + 16, _mm512_permutex2var_ps(even, hi, odd));
+    }
+  _mm256_zeroupper();
+}
+
 }  // namespace headlight::attention::cpu::kernels::amx
 
 #else  // not x86-64: no AMX
@@ -387,6 +623,17 @@ void blocked_scores(const uint32_t*, size_t, size_t, const uint32_t*, size_t, si
 void blocked_pv(const bf16*, size_t, size_t, size_t, size_t, const uint32_t*, size_t, float*,
                 size_t, const float*, uint32_t*) {
   fail("amx::blocked_pv: no AMX on this architecture");
+}
+void rows_scores(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float,
+                 float*, size_t, const RowsAhead&) {
+  fail("amx::rows_scores: no AMX on this architecture");
+}
+void rows_pv(const bf16*, size_t, size_t, size_t, const bf16*, size_t, size_t, float*, size_t,
+             const float*) {
+  fail("amx::rows_pv: no AMX on this architecture");
+}
+void rows_order(float*, size_t, size_t, size_t) {
+  fail("amx::rows_order: no AMX on this architecture");
 }
 
 }  // namespace headlight::attention::cpu::kernels::amx

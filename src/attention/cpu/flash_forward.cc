@@ -90,7 +90,8 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
   const auto dv = static_cast<size_t>(sh.value_dim);
   // Rows that are not contiguous (a position-major cache) are prefetched: 20% faster there; so
   // are all rows where the CPU's hardware prefetchers stream them too slowly (plan.prefetch_rows).
-  const bool prefetch = plan.prefetch_rows || p.k.row_stride != D || p.v.row_stride != sh.value_dim;
+  const bool rows_apart = p.k.row_stride != D || p.v.row_stride != sh.value_dim;
+  const bool prefetch = plan.prefetch_rows || rows_apart;
   // On vdpbf16ps without statistics or dropout, the native softmax writes P rounded to bf16 for
   // P·V itself; otherwise P is rounded after the portable softmax and the dropout.
   const bool native_softmax = native && !stats && o.dropout_p == 0;
@@ -110,6 +111,13 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
           effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
           plan.prefetch_rows ? reinterpret_cast<const uint32_t*>(p.v.bf16_at(b, g, 0)) : nullptr,
           dv);
+    else if (plan.amx_decode)  // rows where they lie, on AMX tiles (every line where apart)
+      kernels::amx::rows_scores(
+          reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
+          static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, j0)),
+          static_cast<size_t>(p.k.row_stride / 2), static_cast<size_t>(D / 2),
+          static_cast<size_t>(cols), effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
+          {p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv, rows_apart});
     else if (native)
       kernels::native::decode_scores_bf16(
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
@@ -150,7 +158,12 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
         kernels::native::round_tile_bf16(w.s, static_cast<size_t>(plan.bc_pad),
                                          static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
                                          w.pb, static_cast<size_t>(plan.bc_pad));
-      if (plan.amx_decode) {
+      if (plan.amx_decode && !plan.blocked)
+        kernels::amx::rows_pv(w.pb, static_cast<size_t>(plan.bc_pad), static_cast<size_t>(gr),
+                              static_cast<size_t>(cols), p.v.bf16_at(b, g, j0),
+                              static_cast<size_t>(p.v.row_stride), dv, w.o,
+                              static_cast<size_t>(plan.dv_pad), w.alpha);
+      else if (plan.amx_decode) {
         // P as bf16 rows, zero up to the last 32-key step's end (its keys past cols).
         for (int64_t r = 0; r < gr; ++r)
           std::fill(w.pb + r * plan.bc_pad + cols_pad, w.pb + r * plan.bc_pad + round_up(cols, 32),
@@ -181,6 +194,9 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
       kernels::pv_tile_in_place(w.s, plan.bc_pad, gr, cols, p.v.at(b, g, j0), p.v.row_stride,
                                 plan.dv_pad, w.o, plan.dv_pad, w.alpha);
   }
+  // amx::rows_pv's accumulators hold each 32 outputs as their even then their odd ones.
+  if (plan.amx_decode && !plan.blocked)
+    kernels::amx::rows_order(w.o, static_cast<size_t>(plan.dv_pad), static_cast<size_t>(gr), dv);
 }
 
 // Runs the tiles of one item over the key blocks that meet [key_lo, key_hi) and the rows'

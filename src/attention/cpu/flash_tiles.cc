@@ -400,8 +400,8 @@ Plan make_plan(const AttentionParams& p) {
       plan.in_place_bf16 && (plan.group * sh.len_q >= 2 || blocked) && decode_native_bf16(p);
   plan.blocked = blocked && plan.native_decode;
   // One row per key/value head fills a sixteenth of a tile: vdpbf16ps is faster there.
-  plan.amx_decode =
-      plan.blocked && kernels::amx::available() && plan.lanes == 16 && plan.group * sh.len_q >= 2;
+  plan.amx_decode = plan.native_decode && kernels::amx::available() && plan.lanes == 16 &&
+                    plan.group * sh.len_q >= 2;
   plan.prefetch_rows = decode_prefetches_rows();
   plan.amx = plan.bf16 && !plan.in_place_bf16 && kernels::amx::available() && plan.lanes == 16;
   plan.native_softmax =

@@ -127,9 +127,9 @@ struct Plan {
   bool native_decode = false;
   // A blocked cache (attention/kv_layout.h) read in place: native_decode then holds.
   bool blocked = false;
-  // A blocked cache read on AMX tiles (amx::blocked_scores, amx::blocked_pv): blocked, AMX
-  // available and two or more rows per key/value head. The group's rows are padded to whole tiles
-  // of 16 in q, s, pb and o.
+  // native_decode on AMX tiles, with AMX available and two or more rows per key/value head: a
+  // blocked cache by amx::blocked_scores and blocked_pv, rows where they lie by amx::rows_scores
+  // and rows_pv. The group's rows are padded to whole tiles of 16 in q, s, pb and o.
   bool amx_decode = false;
   // Decode prefetches its key and value rows into L2 whatever their length
   // (decode_prefetches_rows: the CPU's hardware prefetchers alone stream them too slowly).
