@@ -185,17 +185,12 @@ constexpr size_t kBlockedSpareWords = 16 * 64;
 // tiles, P·V with the value rows as B tiles (flash_bf16_amx.cc). rows_scores: s[r, c] = scale ·
 // q[r] · k[c] for r < rows (any) and c < cols rounded up to 16 (the lanes past cols: 0, to be
 // masked), q and k as pair words (leading dims ldq and ldk words), pairs = D / 2 a multiple of
-// 16, at most 64. With ahead.v (the value rows of the same keys, ahead.ldv elements apart, width
-// Dv) the key rows kDecodeAhead keys on and the value rows are prefetched into L2 as the keys are
-// scored: a line a page (kPageBytes), or with every_line each line of each row.
-struct RowsAhead {
-  const bf16* v = nullptr;
-  size_t ldv = 0, width = 0;
-  bool every_line = false;
-};
+// 16, at most 64. With ahead.v (the value rows of the same keys), the key rows kDecodeAhead keys
+// on and the value rows are prefetched into L2 as the keys are scored: a line a page
+// (kPageBytes), or with every_line each line of each row.
 void rows_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, size_t ldk,
                  size_t pairs, size_t cols, float scale, float* s, size_t lds,
-                 const RowsAhead& ahead = {});
+                 const native::DecodeAhead& ahead = {}, bool every_line = false);
 // rows_pv: o = α ⊙ o + P · V[0, cols) for rows up to `rows` rounded up to 16 (those past `rows`
 // are junk, never read), P bf16 rows [rows, ldp elements] (read up to cols), V's rows where they
 // lie (leading dim ldv elements), width (Dv) 32, 64, 96 or 128. o holds each 32 outputs as their

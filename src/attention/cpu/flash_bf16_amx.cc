@@ -37,7 +37,10 @@
 // of each tile and stays on vdpbf16ps (12 heads, D = 64: 0.29 against 0.32 ms). With the
 // arithmetic gone, what remains is how many lines a core has in flight: the scores prefetch one
 // line a 4 KB page of the keys ahead and of the tile's values (native::kPageBytes) and leave the
-// rest of each page to the hardware prefetchers, 0.83–0.88 → 0.76–0.80 ms.
+// rest of each page to the hardware prefetchers, 0.83–0.88 → 0.76–0.80 ms. Decode from rows as
+// they lie (rows_scores, rows_pv below: no cache layout of its own) now reads about as fast: the
+// same shape 0.80–0.83 ms against the blocked cache's 0.76–0.81 in the same rounds (on vdpbf16ps
+// 0.93–0.97); 4 query rows a key/value head 2.1 → 1.0 ms.
 
 #include <algorithm>
 #include <cstring>
@@ -362,7 +365,10 @@ namespace {
 // Scores as Sᵀ = K · Qᵀ: a key row's 32 elements are 16 pair words, which is an A tile's row as it
 // lies (16 keys, rows ldk words apart), and Qᵀ is the B tile [16 pairs][16 query rows] of pair
 // words, built once for a block of 16 query rows and resident in tiles 4 .. 3 + S while the keys
-// pass (S ≤ 4 steps: D ≤ 128). Each group of 16 keys is 16 columns of S, stored transposed.
+// pass (S ≤ 4 steps: D ≤ 128). Each group of 16 keys is 16 columns of S, stored transposed (a
+// gather per query row) while the next group's products run: the scores of 32 heads over 8, D =
+// 128, 4,096 keys took 27 ns a key on each thread without that overlap, 23 with it (19–21 with no
+// transposition at all).
 //
 // P·V with the value rows as they lie as B tiles: a B tile's row k is then key k's 32 elements
 // (pair words of adjacent elements), and tdpbf16ps adds A[m, 2k] · V[k, 2n] + A[m, 2k + 1] ·
@@ -370,41 +376,49 @@ namespace {
 // (the even outputs), with (0, P[m, k]) the odd ones: two products a group of 16 keys and 32
 // outputs, half of each product's multiplications by zero, and no interleave of the value rows.
 // The accumulators hold each 32 outputs as [16 even | 16 odd] (rows_pv); rows_order puts them
-// back. The arithmetic is far below the memory's pace either way: at D = 128 a key costs 4
-// products of scores and 8 of P·V (about 8 cycles) against ≈ 120 cycles to read its 512 bytes.
+// back. A chunk of 128 keys runs its even outputs, then its odd ones, each pass over every group
+// of 32 outputs (up to 4 accumulators), so that the first pass reads each value row whole from
+// memory and the second from L1; a pass per 64 outputs (both parities, half of each row a pass)
+// had been about 5% slower over the whole call. The arithmetic is far below the memory's pace: at D
+// = 128 a key costs 4 products of scores and 8 of P·V; what sets the pace is how the tile loads
+// stream from memory, as in the blocked loops above. Prefetching: as blocked_scores (a line a
+// page of the keys kDecodeAhead on and of their values); every line of every row only for rows
+// apart (a position-major cache), as the vdpbf16ps loops do. A software prefetch of every line
+// of contiguous rows was slower (the core's line fill buffers), and prefetching the values a
+// chunk or more ahead inside rows_pv made no difference once each pass read whole rows.
 
 // Accumulator C = 16 key rows (kp, ld_bytes apart) · the resident Qᵀ, S steps of 16 pairs; A
 // tiles 2 and 3 in turn. (The tile intrinsics take their tile numbers as literals.)
-#define HEADLIGHT_ROWS_SCORES(C, S, kp, ld_bytes)   \
-  do {                                              \
-    _tile_zero(C);                                  \
-    _tile_loadd(2, (kp), (ld_bytes));               \
-    _tile_dpbf16ps(C, 2, 4);                        \
-    if constexpr ((S) > 1) {                        \
-      _tile_loadd(3, (kp) + 16, (ld_bytes));        \
-      _tile_dpbf16ps(C, 3, 5);                      \
-    }                                               \
-    if constexpr ((S) > 2) {                        \
-      _tile_loadd(2, (kp) + 32, (ld_bytes));        \
-      _tile_dpbf16ps(C, 2, 6);                      \
-    }                                               \
-    if constexpr ((S) > 3) {                        \
-      _tile_loadd(3, (kp) + 48, (ld_bytes));        \
-      _tile_dpbf16ps(C, 3, 7);                      \
-    }                                               \
+#define HEADLIGHT_ROWS_SCORES(C, S, kp, ld_bytes) \
+  do {                                            \
+    _tile_zero(C);                                \
+    _tile_loadd(2, (kp), (ld_bytes));             \
+    _tile_dpbf16ps(C, 2, 4);                      \
+    if constexpr ((S) > 1) {                      \
+      _tile_loadd(3, (kp) + 16, (ld_bytes));      \
+      _tile_dpbf16ps(C, 3, 5);                    \
+    }                                             \
+    if constexpr ((S) > 2) {                      \
+      _tile_loadd(2, (kp) + 32, (ld_bytes));      \
+      _tile_dpbf16ps(C, 2, 6);                    \
+    }                                             \
+    if constexpr ((S) > 3) {                      \
+      _tile_loadd(3, (kp) + 48, (ld_bytes));      \
+      _tile_dpbf16ps(C, 3, 7);                    \
+    }                                             \
   } while (false)
 
 // s[r, i] = scale · buf[i, r] for r < rows, i < 16: column r of one group's Sᵀ [16 keys, 16 rows].
 HEADLIGHT_AMX_TARGET inline void StoreTransposed(const float* buf, size_t rows, __m512 vs, float* s,
                                                  size_t lds) {
-  const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176,
-                                           192, 208, 224, 240);
+  const __m512i column =
+      _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
   for (size_t r = 0; r < rows; ++r)
-    _mm512_storeu_ps(s + r * lds,
-                     _mm512_mul_ps(vs, _mm512_i32gather_ps(
-                                           _mm512_add_epi32(column, _mm512_set1_epi32(
-                                                                        static_cast<int>(r))),
-                                           buf, 4)));
+    _mm512_storeu_ps(
+        s + r * lds,
+        _mm512_mul_ps(
+            vs, _mm512_i32gather_ps(
+                    _mm512_add_epi32(column, _mm512_set1_epi32(static_cast<int>(r))), buf, 4)));
 }
 
 // Prefetches into L2 for rows_scores: one line a page of the 16 key rows at kp and of their value
@@ -417,13 +431,14 @@ HEADLIGHT_AMX_TARGET inline void PrefetchRows(const char* rows, size_t ld_bytes,
       for (size_t x = 0; x < row_bytes; x += 64) _mm_prefetch(rows + i * ld_bytes + x, _MM_HINT_T1);
     return;
   }
-  for (size_t x = 0; x < 16 * ld_bytes; x += native::kPageBytes) _mm_prefetch(rows + x, _MM_HINT_T1);
+  for (size_t x = 0; x < 16 * ld_bytes; x += native::kPageBytes)
+    _mm_prefetch(rows + x, _MM_HINT_T1);
 }
 
 template <size_t S>
 HEADLIGHT_AMX_TARGET void RowsScores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k,
                                      size_t ldk, size_t cols, float scale, float* s, size_t lds,
-                                     const RowsAhead& ahead) {
+                                     const native::DecodeAhead& ahead, bool every_line) {
   constexpr size_t pairs = S * 16;
   alignas(64) uint32_t qt[pairs * 16];    // Qᵀ: [pairs][16 query rows]
   alignas(64) float buf[2][16 * 16];      // two groups' Sᵀ: [16 keys][16 query rows]
@@ -456,8 +471,8 @@ HEADLIGHT_AMX_TARGET void RowsScores(const uint32_t* q, size_t ldq, size_t rows,
       if (r0 == 0 && v_bytes) {
         if (c + native::kDecodeAhead + 16 <= cols)
           PrefetchRows(reinterpret_cast<const char*>(kp + native::kDecodeAhead * ldk), ldk_bytes,
-                       key_bytes, ahead.every_line);
-        PrefetchRows(v_bytes + c * ldv_bytes, ldv_bytes, v_row_bytes, ahead.every_line);
+                       key_bytes, every_line);
+        PrefetchRows(v_bytes + c * ldv_bytes, ldv_bytes, v_row_bytes, every_line);
       }
       return kp;
     };
@@ -493,12 +508,13 @@ HEADLIGHT_AMX_TARGET void RowsScores(const uint32_t* q, size_t ldq, size_t rows,
 
 HEADLIGHT_AMX_TARGET void rows_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k,
                                       size_t ldk, size_t pairs, size_t cols, float scale, float* s,
-                                      size_t lds, const RowsAhead& ahead) {
+                                      size_t lds, const native::DecodeAhead& ahead,
+                                      bool every_line) {
   constexpr decltype(&RowsScores<1>) kSteps[] = {RowsScores<1>, RowsScores<2>, RowsScores<3>,
                                                  RowsScores<4>};
   check(pairs % 16 == 0 && pairs >= 16 && pairs <= 64,
         "amx::rows_scores: pairs must be 16, 32, 48 or 64");
-  kSteps[pairs / 16 - 1](q, ldq, rows, k, ldk, cols, scale, s, lds, ahead);
+  kSteps[pairs / 16 - 1](q, ldq, rows, k, ldk, cols, scale, s, lds, ahead, every_line);
   _mm256_zeroupper();
 }
 
@@ -508,7 +524,7 @@ HEADLIGHT_AMX_TARGET void rows_pv(const bf16* p, size_t ldp, size_t rows, size_t
   check(width % 32 == 0 && width >= 32 && width <= 128,
         "amx::rows_pv: width must be 32, 64, 96 or 128");
   if (alpha) ScaleRows(o, ldo, rows, width, alpha);
-  constexpr size_t kChunk = 128;  // keys whose P words are formed at once
+  constexpr size_t kChunk = 128;                     // keys whose P words are formed at once
   alignas(64) uint32_t pw[kChunk / 16][2][16 * 16];  // per group of 16 keys: A tiles even, odd
   alignas(64) bf16 tail[16 * 128];                   // a last group's value rows, zero past cols
   const size_t ldv_bytes = ldv * sizeof(bf16), ldo_bytes = ldo * sizeof(float);
@@ -580,7 +596,8 @@ HEADLIGHT_AMX_TARGET void rows_pv(const bf16* p, size_t ldp, size_t rows, size_t
 
 HEADLIGHT_AMX_TARGET void rows_order(float* o, size_t ldo, size_t rows, size_t width) {
   const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
-  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  const __m512i hi =
+      _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
   for (size_t r = 0; r < rows; ++r)
     for (size_t x = 0; x < width; x += 32) {
       float* at = o + r * ldo + x;
@@ -625,7 +642,7 @@ void blocked_pv(const bf16*, size_t, size_t, size_t, size_t, const uint32_t*, si
   fail("amx::blocked_pv: no AMX on this architecture");
 }
 void rows_scores(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t, float,
-                 float*, size_t, const RowsAhead&) {
+                 float*, size_t, const native::DecodeAhead&, bool) {
   fail("amx::rows_scores: no AMX on this architecture");
 }
 void rows_pv(const bf16*, size_t, size_t, size_t, const bf16*, size_t, size_t, float*, size_t,

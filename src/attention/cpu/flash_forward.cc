@@ -117,7 +117,7 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
           static_cast<size_t>(gr), reinterpret_cast<const uint32_t*>(p.k.bf16_at(b, g, j0)),
           static_cast<size_t>(p.k.row_stride / 2), static_cast<size_t>(D / 2),
           static_cast<size_t>(cols), effective_scale(p), w.s, static_cast<size_t>(plan.bc_pad),
-          {p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv, rows_apart});
+          {p.v.bf16_at(b, g, j0), static_cast<size_t>(p.v.row_stride), dv}, rows_apart);
     else if (native)
       kernels::native::decode_scores_bf16(
           reinterpret_cast<const uint32_t*>(w.q), static_cast<size_t>(D / 2),
