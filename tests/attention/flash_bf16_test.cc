@@ -178,7 +178,8 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
   // row (pieces of 5 key blocks read as tiles of 1,024 and 256 keys, a last piece of 40 keys), and
   // 2 × 16 heads over 4 with 4 rows (16 rows a group: the same tiles); on AMX, rows read as tiles
   // (amx::rows_scores, rows_pv) in two blocks of 16 query rows, the second short (24 rows a
-  // group) or whole (32 rows, D = 96 with Dv = 128). Options: each alone, then
+  // group) or whole (32 rows, D = 96 with Dv = 128), and one group of 32 outputs (D = 128 with
+  // Dv = 32). Options: each alone, then
   // all together. Where D and Dv are multiples of 32 the cache is also given blocked
   // (kv_layout.h, its entries past the last key NaN): read in place by the blocked loops for
   // decode on vdpbf16ps (1 to 8 rows a key/value head, Dv = 96 in slabs of 32), through a row copy
@@ -215,7 +216,8 @@ TEST(FlashBf16, DecodeFromABf16CacheForEveryOption) {
       {1, 32, 8, 1, 300, 128, 128},  {2, 8, 2, 2, 100, 64, 64},    {1, 16, 1, 4, 257, 64, 64},
       {1, 6, 2, 1, 1029, 128, 128},  {1, 2, 2, 1, 1031, 128, 128}, {1, 8, 2, 2, 900, 64, 48},
       {1, 8, 1, 8, 1100, 64, 64},    {1, 8, 1, 4, 400, 64, 64},    {1, 16, 8, 1, 2600, 128, 128},
-      {2, 16, 4, 4, 2600, 64, 64},   {1, 24, 1, 1, 1500, 64, 64},  {1, 32, 2, 2, 1100, 96, 128}};
+      {2, 16, 4, 4, 2600, 64, 64},   {1, 24, 1, 1, 1500, 64, 64},  {1, 32, 2, 2, 1100, 96, 128},
+      {1, 8, 2, 2, 1500, 128, 32}};
   ThreadContext ctx(2);
   for (const AttentionShape& shape : shapes)
     for (const Opt& opt : opts) {
