@@ -304,7 +304,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
                                   reinterpret_cast<const uint32_t*>(kt),
                                   static_cast<size_t>(plan.bc_pad), static_cast<size_t>(plan.pairs),
                                   static_cast<size_t>(cols), effective_scale(p), w.m + hg * plan.br,
-                                  m_new, w.pb, static_cast<size_t>(plan.bc_pad), sums);
+                                  m_new, w.pb, static_cast<size_t>(plan.ldpb), sums);
         if (kernels::native::commit_tile_sums(sums, m_new, static_cast<size_t>(rows),
                                               w.m + hg * plan.br, w.l + hg * plan.br * plan.lanes,
                                               w.alpha)) {
@@ -321,17 +321,17 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
       if (plan.native_softmax && round_in_softmax && !stats)
-        kernels::native::softmax_rows(
-            w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
-            static_cast<size_t>(plan.bc_pad), m, l, w.alpha, raw_scores ? effective_scale(p) : 1.0f,
-            w.pb, static_cast<size_t>(plan.bc_pad), limits ? w.argcol : nullptr);
+        kernels::native::softmax_rows(w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
+                                      static_cast<size_t>(plan.bc_pad), m, l, w.alpha,
+                                      raw_scores ? effective_scale(p) : 1.0f, w.pb,
+                                      static_cast<size_t>(plan.ldpb), limits ? w.argcol : nullptr);
       else
         kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
                               {.ent = stats ? w.ent + hg * plan.br : nullptr,
                                .argmax = stats ? w.argcol : nullptr,
                                .scale = raw_scores ? effective_scale(p) : 1.0f,
                                .pb = round_in_softmax ? w.pb : nullptr,
-                               .ldpb = static_cast<size_t>(plan.bc_pad)});
+                               .ldpb = static_cast<size_t>(plan.ldpb)});
       if (stats)
         for (int64_t r = 0; r < rows; ++r)
           if (w.argcol[r] >= 0) w.best[hg * plan.br + r] = j0 + w.argcol[r];

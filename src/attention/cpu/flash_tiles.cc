@@ -338,7 +338,7 @@ namespace {
 void pack_block_bf16(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t j0,
                      int64_t cols, uint32_t* dst) {
   pack_pairs_transposed(p.k, b, g, j0, cols, p.shape.head_dim, plan.pairs, plan.bc_pad, dst);
-  pack_row_pairs(p.v, b, g, j0, cols, p.shape.value_dim, plan.bc_pad, plan.dv_pad,
+  pack_row_pairs(p.v, b, g, j0, cols, p.shape.value_dim, plan.bc_pad, plan.v_words,
                  dst + plan.pairs * plan.bc_pad);
 }
 
@@ -441,10 +441,17 @@ Plan make_plan(const AttentionParams& p) {
     plan.pairs = (sh.head_dim + 1) / 2;
     if (plan.amx) plan.pairs = round_up(std::max<int64_t>(plan.pairs, 1), 16);
     const auto pairs = static_cast<size_t>(plan.pairs);
+    // On AMX the packed V's rows and P's are a cache line longer than their data: rows 512 bytes
+    // apart (Dv = 128 words; 256 keys) put a tile's 16 rows into 8 of L1's 64 sets, where P·V's
+    // A, B and C tiles crowd each other out. Binaries alternated, medians of 5–7, ms: N = 2048, 8
+    // heads, D = 128 9.27 → 8.98 and 8.69 → 8.52, causal 5.56 → 5.47, D = 64 5.86 → 5.66; N = 8192,
+    // one head, D = 128 the same (docs/notes/2026-12-06-padded-tiles.md).
+    plan.v_words = plan.dv_pad + (plan.amx ? 16 : 0);
     plan.q_floats = round_up(static_cast<int64_t>(G * br * std::max<size_t>(pairs, 1)), 16);
     plan.block_floats =
-        round_up(static_cast<int64_t>(pairs * bc + bc / 2 * static_cast<size_t>(plan.dv_pad)), 16);
-    plan.pb_floats = static_cast<size_t>(round_up(static_cast<int64_t>(br * bc / 2), 16));
+        round_up(static_cast<int64_t>(pairs * bc + bc / 2 * static_cast<size_t>(plan.v_words)), 16);
+    plan.ldpb = plan.bc_pad + (plan.amx ? 32 : 0);
+    plan.pb_floats = static_cast<size_t>(round_up(static_cast<int64_t>(br * plan.ldpb / 2), 16));
   }
   // On vdpbf16ps: the group's probabilities rounded for decode_pv_bf16; on AMX, the group's rows
   // in whole tiles of 16, and blocked_pv's spare after pb for a short last step's values.
@@ -500,16 +507,17 @@ void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t ro
   const int64_t cols_pad = round_up(cols, plan.key_step);
   if (s)
     kernels::round_tile_bf16(s, bc, static_cast<size_t>(rows), static_cast<size_t>(cols_pad), w.pb,
-                             bc);
+                             static_cast<size_t>(plan.ldpb));
   if (plan.amx) {
     // Whole tiles: 16 rows, 32 keys; the rows and keys past the tile's are zero.
     const int64_t rows16 = round_up(rows, 16), cols32 = round_up(cols_pad, 32);
     for (int64_t r = 0; r < rows; ++r)
-      std::fill(w.pb + r * plan.bc_pad + cols_pad, w.pb + r * plan.bc_pad + cols32, bf16{});
-    std::fill(w.pb + rows * plan.bc_pad, w.pb + rows16 * plan.bc_pad, bf16{});
-    kernels::amx::pv_tile(w.pb, bc, static_cast<size_t>(rows16), static_cast<size_t>(cols32 / 2),
+      std::fill(w.pb + r * plan.ldpb + cols_pad, w.pb + r * plan.ldpb + cols32, bf16{});
+    std::fill(w.pb + rows * plan.ldpb, w.pb + rows16 * plan.ldpb, bf16{});
+    kernels::amx::pv_tile(w.pb, static_cast<size_t>(plan.ldpb), static_cast<size_t>(rows16),
+                          static_cast<size_t>(cols32 / 2),
                           reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
-                          static_cast<size_t>(plan.dv_pad), static_cast<size_t>(plan.dv_pad), o,
+                          static_cast<size_t>(plan.v_words), static_cast<size_t>(plan.dv_pad), o,
                           static_cast<size_t>(plan.dv_pad), alpha);
     return;
   }
@@ -517,10 +525,12 @@ void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t ro
   // are 0: skipping them is exact).
   const auto ldo = static_cast<size_t>(plan.dv_pad);
   for_diagonal_blocks(rows, cols, first, [&](int64_t r0, int64_t n, int64_t keys) {
-    kernels::pv_tile_bf16(reinterpret_cast<const uint32_t*>(w.pb + r0 * plan.bc_pad), bc / 2,
-                          static_cast<size_t>(n), static_cast<size_t>((keys + 1) / 2),
+    kernels::pv_tile_bf16(reinterpret_cast<const uint32_t*>(w.pb + r0 * plan.ldpb),
+                          static_cast<size_t>(plan.ldpb / 2), static_cast<size_t>(n),
+                          static_cast<size_t>((keys + 1) / 2),
                           reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
-                          ldo, ldo, o + r0 * plan.dv_pad, ldo, alpha ? alpha + r0 : nullptr);
+                          static_cast<size_t>(plan.v_words), ldo, o + r0 * plan.dv_pad, ldo,
+                          alpha ? alpha + r0 : nullptr);
   });
 }
 
