@@ -443,9 +443,10 @@ Plan make_plan(const AttentionParams& p) {
     const auto pairs = static_cast<size_t>(plan.pairs);
     // On AMX the packed V's rows and P's are a cache line longer than their data: rows 512 bytes
     // apart (Dv = 128 words; 256 keys) put a tile's 16 rows into 8 of L1's 64 sets, where P·V's
-    // A, B and C tiles crowd each other out. Binaries alternated, medians of 5–7, ms: N = 2048, 8
-    // heads, D = 128 9.27 → 8.98 and 8.69 → 8.52, causal 5.56 → 5.47, D = 64 5.86 → 5.66; N = 8192,
-    // one head, D = 128 the same (docs/notes/2026-12-06-padded-tiles.md).
+    // A, B and C tiles crowd each other out (P·V alone 15% faster at D = 128). Binaries
+    // alternated, medians of 5, ms: N = 2048, 8 heads, D = 128 8.81 → 8.53, causal 5.34 → 5.24,
+    // D = 64 5.68 → 5.56; N = 8192, one head, D = 128 17.2 → 16.8; N = 512, D = 64 0.407 →
+    // 0.397 (docs/notes/2026-12-06-padded-tiles.md; K's rows padded as well: within the noise).
     plan.v_words = plan.dv_pad + (plan.amx ? 16 : 0);
     plan.q_floats = round_up(static_cast<int64_t>(G * br * std::max<size_t>(pairs, 1)), 16);
     plan.block_floats =
