@@ -51,10 +51,14 @@ struct Bf16BackwardPlan {
   int64_t br;         // query rows per tile (32 or 64)
   int64_t chunks, chunk_rows, cr;  // query chunks; rows per chunk; padded to whole tiles
   int64_t kv_blocks;
-  int64_t block_words;  // packed key block: Kᵀ [p16, bc], Vᵀ [pv16, bc], K pairs [bc/2, d16]
+  // Leading dims: lt (words or floats) of Kᵀ, Vᵀ and the [·, bc] tiles (s, pd, dp, aux, pairs,
+  // dKᵀ, dVᵀ), lb (bf16) of dS, lk of K's pairs and dQ, lq (bf16) of Qᵀ and dOᵀ: bc, 2·bc, d16 and
+  // cr, a cache line more on AMX.
+  int64_t lt, lb, lk, lq;
+  int64_t block_words;  // packed key block: Kᵀ [p16, lt], Vᵀ [pv16, lt], K pairs [bc/2, lk]
 };
 
-Bf16BackwardPlan make_bf16_plan(const AttentionParams& p) {
+Bf16BackwardPlan make_bf16_plan(const AttentionParams& p, bool amx) {
   const AttentionShape& sh = p.shape;
   Bf16BackwardPlan a;
   a.D = sh.head_dim, a.Dv = sh.value_dim, a.G = sh.heads / sh.kv_heads;
@@ -68,7 +72,14 @@ Bf16BackwardPlan make_bf16_plan(const AttentionParams& p) {
   a.chunk_rows = (sh.len_q + a.chunks - 1) / a.chunks;
   a.cr = round_up(std::max<int64_t>(a.chunk_rows, 1), a.br);
   a.kv_blocks = (sh.len_kv + kBlockKeys - 1) / kBlockKeys;
-  a.block_words = a.p16 * a.bc + a.pv16 * a.bc + a.bc / 2 * a.d16;
+  // On AMX every leading dim is a cache line (16 words) longer than its data: rows 512 bytes to 2
+  // KiB apart had put a tile's 16 rows into 2 to 8 of L1's 64 sets, the tiles of one product
+  // crowding each other out. Binaries alternated, medians of 5, ms: N = 2048, 8 heads, D = 64
+  // 20.6 → 19.5, D = 128 34.9 → 30.7, causal D = 64 12.2 → 11.5. (vdpbf16ps, with its register
+  // tiles, gains nothing: not padded there.)
+  const int64_t pad = amx ? 16 : 0;
+  a.lt = a.bc + pad, a.lb = a.bc + 2 * pad, a.lk = a.d16 + pad, a.lq = a.cr + 2 * pad;
+  a.block_words = a.p16 * a.lt + a.pv16 * a.lt + a.bc / 2 * a.lk;
   return a;
 }
 
@@ -93,11 +104,11 @@ struct Bf16Scratch {
 };
 
 size_t scratch_bytes(const Bf16BackwardPlan& a) {
-  const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br;
-  const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + br / 2 * bc;
-  const int64_t halves = G * a.d16 * cr + G * a.dv16 * cr + br * bc;
+  const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br, lt = a.lt;
+  const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + br / 2 * lt;
+  const int64_t halves = G * a.d16 * a.lq + G * a.dv16 * a.lq + br * a.lb;
   const int64_t floats =
-      G * cr * a.d16 + a.d16 * bc + a.dv16 * bc + 4 * br * bc + bc * std::max(a.D, a.Dv) + bc;
+      G * cr * a.lk + a.d16 * lt + a.dv16 * lt + 4 * br * lt + bc * std::max(a.D, a.Dv) + bc;
   return static_cast<size_t>(4 * words + 2 * halves + 4 * floats + 4 * br + 64 * 18);
 }
 
@@ -108,21 +119,21 @@ Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
     at += round_up(bytes, 64);
     return here;
   };
-  const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br;
+  const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br, lt = a.lt;
   Bf16Scratch w;
   w.qp = reinterpret_cast<uint32_t*>(take(4 * G * cr * a.p16));
-  w.qt = reinterpret_cast<bf16*>(take(2 * G * a.d16 * cr));
+  w.qt = reinterpret_cast<bf16*>(take(2 * G * a.d16 * a.lq));
   w.dop = reinterpret_cast<uint32_t*>(take(4 * G * cr * a.pv16));
-  w.dot = reinterpret_cast<bf16*>(take(2 * G * a.dv16 * cr));
-  w.dq = reinterpret_cast<float*>(take(4 * G * cr * a.d16));
-  w.dkt = reinterpret_cast<float*>(take(4 * a.d16 * bc));
-  w.dvt = reinterpret_cast<float*>(take(4 * a.dv16 * bc));
-  w.s = reinterpret_cast<float*>(take(4 * br * bc));
-  w.pd = reinterpret_cast<float*>(take(4 * br * bc));
-  w.dp = reinterpret_cast<float*>(take(4 * br * bc));
-  w.aux = reinterpret_cast<float*>(take(4 * br * bc));
-  w.pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * bc));
-  w.ds = reinterpret_cast<bf16*>(take(2 * br * bc));
+  w.dot = reinterpret_cast<bf16*>(take(2 * G * a.dv16 * a.lq));
+  w.dq = reinterpret_cast<float*>(take(4 * G * cr * a.lk));
+  w.dkt = reinterpret_cast<float*>(take(4 * a.d16 * lt));
+  w.dvt = reinterpret_cast<float*>(take(4 * a.dv16 * lt));
+  w.s = reinterpret_cast<float*>(take(4 * br * lt));
+  w.pd = reinterpret_cast<float*>(take(4 * br * lt));
+  w.dp = reinterpret_cast<float*>(take(4 * br * lt));
+  w.aux = reinterpret_cast<float*>(take(4 * br * lt));
+  w.pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * lt));
+  w.ds = reinterpret_cast<bf16*>(take(2 * br * a.lb));
   w.limits = reinterpret_cast<int32_t*>(take(4 * br));
   w.key_rows = reinterpret_cast<float*>(take(4 * bc * std::max(a.D, a.Dv)));
   w.row_scale = reinterpret_cast<float*>(take(4 * bc));
@@ -247,26 +258,27 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
   const AttentionShape& sh = p.shape;
   const AttentionOptions& o = p.options;
   const int64_t G = a.G, D = a.D, Dv = a.Dv, bc = a.bc, br = a.br, cr = a.cr;
+  const int64_t lt = a.lt, lb = a.lb, lk = a.lk, lq = a.lq;
   const int64_t rows_total = it.row_end - it.row_begin;
   const float scale = effective_scale(p);
   if (engine.amx) amx_configure_tiles();
 
-  std::fill(w.dq, w.dq + G * cr * a.d16, 0.0f);
+  std::fill(w.dq, w.dq + G * cr * lk, 0.0f);
   // pack_item_rows writes rows [0, rows_total) of the pair words and columns [0, rows_total) of
   // the transposes' first `width` rows: zero the rest (the padding the products read).
   auto zero_padding = [&](uint32_t* pairs_at, int64_t pairs, bf16* t_at, int64_t width,
                           int64_t height) {
     std::fill(pairs_at + rows_total * pairs, pairs_at + cr * pairs, 0u);
     for (int64_t e = 0; e < width; ++e)
-      std::fill(t_at + e * cr + rows_total, t_at + (e + 1) * cr, bf16{});
-    std::fill(t_at + width * cr, t_at + height * cr, bf16{});
+      std::fill(t_at + e * lq + rows_total, t_at + e * lq + cr, bf16{});
+    for (int64_t e = width; e < height; ++e) std::fill(t_at + e * lq, t_at + e * lq + cr, bf16{});
   };
   for (int64_t hg = 0; hg < G; ++hg) {
     const int64_t h = it.g * G + hg;
     uint32_t *qp = w.qp + hg * cr * a.p16, *dop = w.dop + hg * cr * a.pv16;
-    bf16 *qt = w.qt + hg * a.d16 * cr, *dot = w.dot + hg * a.dv16 * cr;
-    pack_item_rows(p.q, it.b, h, it.row_begin, rows_total, D, a.p16, qp, qt, cr);
-    pack_item_rows(p.dout, it.b, h, it.row_begin, rows_total, Dv, a.pv16, dop, dot, cr);
+    bf16 *qt = w.qt + hg * a.d16 * lq, *dot = w.dot + hg * a.dv16 * lq;
+    pack_item_rows(p.q, it.b, h, it.row_begin, rows_total, D, a.p16, qp, qt, lq);
+    pack_item_rows(p.dout, it.b, h, it.row_begin, rows_total, Dv, a.pv16, dop, dot, lq);
     zero_padding(qp, a.p16, qt, D, a.d16);
     zero_padding(dop, a.pv16, dot, Dv, a.dv16);
   }
@@ -280,10 +292,10 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
       continue;
     }
     const uint32_t* kt = blocks + blk * a.block_words;
-    const uint32_t* vt = kt + a.p16 * bc;
-    const uint32_t* kp = vt + a.pv16 * bc;
-    std::fill(w.dkt, w.dkt + a.d16 * bc, 0.0f);
-    std::fill(w.dvt, w.dvt + a.dv16 * bc, 0.0f);
+    const uint32_t* vt = kt + a.p16 * lt;
+    const uint32_t* kp = vt + a.pv16 * lt;
+    std::fill(w.dkt, w.dkt + a.d16 * lt, 0.0f);
+    std::fill(w.dvt, w.dvt + a.dv16 * lt, 0.0f);
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = it.g * G + hg;
       for (int64_t i0 = it.row_begin; i0 < it.row_end; i0 += br) {
@@ -299,12 +311,12 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
         // row pairs, xt this tile's columns of the transposed rows (dOᵀ or Qᵀ, bf16).
         auto accumulate_transposed = [&](const float* x, const bf16* xt, int64_t height,
                                          float* grad_t) {
-          kernels::native::row_pairs(x, static_cast<size_t>(bc), static_cast<size_t>(rows),
+          kernels::native::row_pairs(x, static_cast<size_t>(lt), static_cast<size_t>(rows),
                                      static_cast<size_t>(r32), static_cast<size_t>(cols_pad),
-                                     w.pairs, static_cast<size_t>(bc));
-          engine.accumulate(xt, static_cast<size_t>(cr), static_cast<size_t>(height), w.pairs,
-                            static_cast<size_t>(bc), static_cast<size_t>(r32 / 32),
-                            static_cast<size_t>(cols_pad), grad_t, static_cast<size_t>(bc));
+                                     w.pairs, static_cast<size_t>(lt));
+          engine.accumulate(xt, static_cast<size_t>(lq), static_cast<size_t>(height), w.pairs,
+                            static_cast<size_t>(lt), static_cast<size_t>(r32 / 32),
+                            static_cast<size_t>(cols_pad), grad_t, static_cast<size_t>(lt));
         };
         const float* lse = p.lse + (it.b * sh.heads + h) * sh.len_q + i0;
         const float* dot_rows = dots + (it.b * sh.heads + h) * sh.len_q + i0;
@@ -318,62 +330,62 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
                           float sc, float* out, float fill) {
           if (first >= tcols)
             return engine.scores(x, static_cast<size_t>(ldx), static_cast<size_t>(r16), b,
-                                 static_cast<size_t>(bc), static_cast<size_t>(pairs),
-                                 static_cast<size_t>(cols_pad), sc, out, static_cast<size_t>(bc));
+                                 static_cast<size_t>(lt), static_cast<size_t>(pairs),
+                                 static_cast<size_t>(cols_pad), sc, out, static_cast<size_t>(lt));
           for_diagonal_blocks(rows, tcols, first, [&](int64_t r0, int64_t n, int64_t keys) {
             const int64_t need = std::min(cols_pad, round_up(keys, 16));
             if (need > 0)
               engine.scores(x + r0 * ldx, static_cast<size_t>(ldx), static_cast<size_t>(n), b,
-                            static_cast<size_t>(bc), static_cast<size_t>(pairs),
-                            static_cast<size_t>(need), sc, out + r0 * bc, static_cast<size_t>(bc));
+                            static_cast<size_t>(lt), static_cast<size_t>(pairs),
+                            static_cast<size_t>(need), sc, out + r0 * lt, static_cast<size_t>(lt));
             for (int64_t r = r0; r < r0 + n; ++r)
-              std::fill(out + r * bc + need, out + r * bc + cols_pad, fill);
+              std::fill(out + r * lt + need, out + r * lt + cols_pad, fill);
           });
         };
         // S (scaled) and P.
         scores(w.qp + (hg * cr + at) * a.p16, a.p16, kt, a.p16, scale, w.s, kNegInf);
         if (o.softcap > 0) {
-          kernels::softcap_tile(w.s, rows, cols_pad, bc, o.softcap);
+          kernels::softcap_tile(w.s, rows, cols_pad, lt, o.softcap);
           for (int64_t r = 0; r < rows; ++r)
-            std::memcpy(w.aux + r * bc, w.s + r * bc, static_cast<size_t>(cols_pad) * 4);
-          kernels::softcap_grad_tile(w.aux, rows, cols_pad, bc, o.softcap);
+            std::memcpy(w.aux + r * lt, w.s + r * lt, static_cast<size_t>(cols_pad) * 4);
+          kernels::softcap_grad_tile(w.aux, rows, cols_pad, lt, o.softcap);
         }
         // P: a tile cut only by structural masks takes the rows' last keys as limits (no mask
         // pass, no exponentials past them; the same bits).
         const bool limits = row_limits(p, tile, w.limits);
-        if (!limits) apply_element_masks(p, tile, cols_pad, w.s, bc);
+        if (!limits) apply_element_masks(p, tile, cols_pad, w.s, lt);
         kernels::native::exp_shift_rows(w.s, static_cast<size_t>(rows),
-                                        static_cast<size_t>(cols_pad), static_cast<size_t>(bc), lse,
+                                        static_cast<size_t>(cols_pad), static_cast<size_t>(lt), lse,
                                         limits ? w.limits : nullptr);
         // dP' = dO · Vᵀ.
         scores(w.dop + (hg * cr + at) * a.pv16, a.pv16, vt, a.pv16, 1.0f, w.dp, 0.0f);
-        const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, bc);
+        const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, lt);
         // dVᵀ += dOᵀ · P'.
-        accumulate_transposed(pd, w.dot + hg * a.dv16 * cr + at, a.dv16, w.dvt);
+        accumulate_transposed(pd, w.dot + hg * a.dv16 * lq + at, a.dv16, w.dvt);
         // dS, then dKᵀ += Qᵀ · dS and dQ += dS · K.
-        kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, bc, dot_rows);
-        if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, bc);
-        accumulate_transposed(w.dp, w.qt + hg * a.d16 * cr + at, a.d16, w.dkt);
+        kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, lt, dot_rows);
+        if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, lt);
+        accumulate_transposed(w.dp, w.qt + hg * a.d16 * lq + at, a.d16, w.dkt);
         // dS rounded by vcvtne2ps2bf16 (denormals to zero, as both engines' products read them:
         // the same products as to_bf16's exact bits, at a fraction of its per-row cost).
-        kernels::native::round_tile_bf16(w.dp, static_cast<size_t>(bc), static_cast<size_t>(rows),
+        kernels::native::round_tile_bf16(w.dp, static_cast<size_t>(lt), static_cast<size_t>(rows),
                                          static_cast<size_t>(cols_pad), w.ds,
-                                         static_cast<size_t>(bc));
+                                         static_cast<size_t>(lb));
         for (int64_t r = 0; r < r16; ++r) {
-          bf16* out = w.ds + r * bc;
+          bf16* out = w.ds + r * lb;
           std::fill(out + (r < rows ? cols_pad : 0), out + cols32, bf16{});
         }
-        float* dq_rows = w.dq + (hg * cr + at) * a.d16;
+        float* dq_rows = w.dq + (hg * cr + at) * lk;
         if (first >= tcols)
-          engine.accumulate(w.ds, static_cast<size_t>(bc), static_cast<size_t>(r16), kp,
-                            static_cast<size_t>(a.d16), static_cast<size_t>(cols32 / 32),
-                            static_cast<size_t>(a.d16), dq_rows, static_cast<size_t>(a.d16));
+          engine.accumulate(w.ds, static_cast<size_t>(lb), static_cast<size_t>(r16), kp,
+                            static_cast<size_t>(lk), static_cast<size_t>(cols32 / 32),
+                            static_cast<size_t>(a.d16), dq_rows, static_cast<size_t>(lk));
         else
           for_diagonal_blocks(rows, tcols, first, [&](int64_t r0, int64_t n, int64_t keys) {
-            engine.accumulate(
-                w.ds + r0 * bc, static_cast<size_t>(bc), static_cast<size_t>(n), kp,
-                static_cast<size_t>(a.d16), static_cast<size_t>(round_up(keys, 32) / 32),
-                static_cast<size_t>(a.d16), dq_rows + r0 * a.d16, static_cast<size_t>(a.d16));
+            engine.accumulate(w.ds + r0 * lb, static_cast<size_t>(lb), static_cast<size_t>(n), kp,
+                              static_cast<size_t>(lk), static_cast<size_t>(round_up(keys, 32) / 32),
+                              static_cast<size_t>(a.d16), dq_rows + r0 * lk,
+                              static_cast<size_t>(lk));
           });
       }
     }
@@ -384,7 +396,7 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
     float* dk_rows = rounded ? w.key_rows : dk_out.data + j0 * dk_out.ld;
     const int64_t ldk = rounded ? D : dk_out.ld;
     for (int64_t e0 = 0; e0 < D; e0 += 16)
-      kernels::transpose_rows(w.dkt + e0 * bc, static_cast<size_t>(bc),
+      kernels::transpose_rows(w.dkt + e0 * lt, static_cast<size_t>(lt),
                               static_cast<size_t>(std::min<int64_t>(16, D - e0)),
                               static_cast<size_t>(cols), rounded ? 1.0f : scale, dk_rows + e0,
                               static_cast<size_t>(ldk));
@@ -397,7 +409,7 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
     const int64_t ldv = rounded ? Dv : dv_out.ld;
     for (int64_t x0 = 0; x0 < Dv; x0 += 16)
       kernels::transpose_words(
-          reinterpret_cast<const uint32_t*>(w.dvt + x0 * bc), static_cast<size_t>(bc),
+          reinterpret_cast<const uint32_t*>(w.dvt + x0 * lt), static_cast<size_t>(lt),
           static_cast<size_t>(std::min<int64_t>(16, Dv - x0)), static_cast<size_t>(cols),
           reinterpret_cast<uint32_t*>(dv_rows + x0), static_cast<size_t>(ldv));
     if (rounded) {
@@ -411,17 +423,17 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
   if (p.dq.bf16) std::fill_n(w.row_scale, bc, scale);
   for (int64_t hg = 0; hg < G; ++hg) {
     const int64_t h = it.g * G + hg;
-    const float* dq = w.dq + hg * cr * a.d16;
+    const float* dq = w.dq + hg * cr * lk;
     for (int64_t r0 = 0; r0 < rows_total; r0 += bc) {
       const int64_t n = std::min(bc, rows_total - r0);
       if (p.dq.bf16) {
-        round_rows(dq + r0 * a.d16, a.d16, n, D, w.row_scale,
-                   p.dq.bf16_at(it.b, h, it.row_begin + r0), p.dq.row_stride);
+        round_rows(dq + r0 * lk, lk, n, D, w.row_scale, p.dq.bf16_at(it.b, h, it.row_begin + r0),
+                   p.dq.row_stride);
         continue;
       }
       for (int64_t r = r0; r < r0 + n; ++r) {
         float* dst = p.dq.at(it.b, h, it.row_begin + r);
-        for (int64_t e = 0; e < D; ++e) dst[e] = dq[r * a.d16 + e] * scale;
+        for (int64_t e = 0; e < D; ++e) dst[e] = dq[r * lk + e] * scale;
       }
     }
   }
@@ -460,8 +472,8 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
           for (int64_t e = 0; e < D; ++e) p.dq.store(b, h, i, e, 0.0f);
     return;
   }
-  const Bf16BackwardPlan a = make_bf16_plan(p);
   const Engine engine{.amx = kernels::amx::available()};
+  const Bf16BackwardPlan a = make_bf16_plan(p, engine.amx);
   const std::vector<float> dots = output_dots(ctx, p);
   // Packed key blocks, then the chunks' partial dK and dV [chunks, batch, kv_heads, len_kv, ·].
   // With one chunk, few key blocks and enough (batch, kv head) pairs per thread, each item packs
@@ -485,9 +497,9 @@ void flash_backward_bf16(ThreadContext& ctx, const AttentionParams& p) {
   float* const dv_part = dk_part + part_k;
   auto pack = [&](int64_t b, int64_t g, int64_t blk, uint32_t* dst) {
     const int64_t j0 = blk * kBlockKeys, cols = std::min(kBlockKeys, sh.len_kv - j0);
-    pack_pairs_transposed(p.k, b, g, j0, cols, D, a.p16, a.bc, dst);
-    pack_pairs_transposed(p.v, b, g, j0, cols, Dv, a.pv16, a.bc, dst + a.p16 * a.bc);
-    pack_row_pairs(p.k, b, g, j0, cols, D, a.bc, a.d16, dst + (a.p16 + a.pv16) * a.bc);
+    pack_pairs_transposed(p.k, b, g, j0, cols, D, a.p16, a.lt, dst);
+    pack_pairs_transposed(p.v, b, g, j0, cols, Dv, a.pv16, a.lt, dst + a.p16 * a.lt);
+    pack_row_pairs(p.k, b, g, j0, cols, D, a.bc, a.lk, dst + (a.p16 + a.pv16) * a.lt);
   };
   ctx.parallel_items(pack_items, [&](int64_t item, int) {
     const int64_t blk = item % a.kv_blocks, bg = item / a.kv_blocks;
