@@ -40,7 +40,14 @@ namespace {
 
 constexpr int64_t kMaxChunks = 4;
 constexpr int64_t kChunkRows = 1024;
-constexpr int64_t kTileRows = 64;  // query rows per tile (a multiple of 32: the row-pair products)
+// Query rows per tile (a multiple of 32: the row-pair products). On AMX 128: the products into
+// dKᵀ and dVᵀ reduce over a tile's rows, so their accumulator tiles are loaded and stored half as
+// often. Binaries alternated, medians of 5, ms: N = 2048, 8 heads, D = 64 18.97 → 17.90, D = 128
+// 31.1 → 29.4, causal D = 64 11.27 → 10.61, D = 128 19.5 → 18.6; N = 8192, one head, D = 128
+// 56.2 → 52.8, causal D = 64 20.0 → 18.9. Except under a band with fewer than kWideTileMinRows
+// query rows, where the diagonal tiles' waste weighs more: causal N = 512 1.38 → 1.44 (D = 128)
+// and 0.806 → 0.842 (D = 64) with 128.
+constexpr int64_t kTileRows = 64, kTileRowsAmx = 128, kWideTileMinRows = 1024;
 
 struct Bf16BackwardPlan {
   int64_t D, Dv, G;
@@ -67,7 +74,10 @@ Bf16BackwardPlan make_bf16_plan(const AttentionParams& p, bool amx) {
   a.d16 = round_up(std::max<int64_t>(a.D, 1), 16);
   a.dv16 = round_up(std::max<int64_t>(a.Dv, 1), 16);
   a.bc = round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), 32);
-  a.br = std::min<int64_t>(kTileRows, round_up(std::max<int64_t>(sh.len_q, 1), 32));
+  const bool banded = p.options.causal || p.options.window_left >= 0 || p.options.window_right >= 0;
+  const bool wide = amx && !(banded && sh.len_q < kWideTileMinRows);
+  a.br = std::min<int64_t>(wide ? kTileRowsAmx : kTileRows,
+                           round_up(std::max<int64_t>(sh.len_q, 1), 32));
   a.chunks = std::clamp<int64_t>((sh.len_q + kChunkRows - 1) / kChunkRows, 1, kMaxChunks);
   a.chunk_rows = (sh.len_q + a.chunks - 1) / a.chunks;
   a.cr = round_up(std::max<int64_t>(a.chunk_rows, 1), a.br);
