@@ -700,6 +700,9 @@ TEST(FlashBf16, BackwardIntoStridedFp32Gradients) {
 
 TEST(FlashBf16, BackwardIsBitwiseTheSameForAnyThreadCountAndLongChunks) {
   // Several query chunks (their partial dK and dV added in order), GQA, causal; any thread count.
+  // With one thread each item runs both chunks of its pair (merged), with more the chunks are
+  // items of their own and their partials are added after: the same bits. bf16 gradients are the
+  // fp32 ones rounded once, either way.
   const AttentionShape shape{1, 4, 2, 2100, 700, 64, 48};
   AttentionOptions o;
   o.causal = true;
@@ -726,6 +729,19 @@ TEST(FlashBf16, BackwardIsBitwiseTheSameForAnyThreadCountAndLongChunks) {
     }
     EXPECT_EQ(std::memcmp(first.data(), all.data(), all.size() * sizeof(float)), 0)
         << threads << " threads";
+    std::vector<bf16> dq(pb.f.dq.size()), dk(pb.f.dk.size()), dv(pb.f.dv.size());
+    p.dq = Bf16Problem::operand(dq, shape.heads, shape.len_q, shape.head_dim);
+    p.dk = Bf16Problem::operand(dk, shape.kv_heads, shape.len_kv, shape.head_dim);
+    p.dv = Bf16Problem::operand(dv, shape.kv_heads, shape.len_kv, shape.value_dim);
+    backward(ctx, p, KernelChoice::fused);
+    size_t off = 0;
+    for (size_t i = 0; i < dq.size(); ++i) ASSERT_EQ(dq[i].bits, to_bf16(all[i]).bits) << i;
+    off += dq.size();
+    for (size_t i = 0; i < dk.size(); ++i)
+      ASSERT_EQ(dk[i].bits, to_bf16(all[off + i]).bits) << threads << " threads, dk " << i;
+    off += dk.size();
+    for (size_t i = 0; i < dv.size(); ++i)
+      ASSERT_EQ(dv[i].bits, to_bf16(all[off + i]).bits) << threads << " threads, dv " << i;
   }
 }
 
