@@ -1,19 +1,21 @@
 // The bf16 online softmax's special rows (native::softmax_rows, flash_bf16.h) through the fused
 // forward on every path this CPU has: NaN scores stay in the rows that see them, and scores far
 // above a row's first maximum (the lazy reference maximum) give the reference's values; on AMX,
-// the one-pass tiles (amx::qk_exp_tile) give the two-pass tiles' bits. The bounds are
-// flash_bf16_test.cc's.
+// the one-pass tiles (amx::qk_exp_tile; the backward's amx::backward_probs and backward_dscores)
+// give the two-pass tiles' bits. The bounds are flash_bf16_test.cc's.
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "attention_test_util.h"
 #include "bf16_problem.h"
 #include "headlight/attention/cpu/flash_forward.h"
+#include "headlight/attention/dispatch.h"
 #include "headlight/attention/reference.h"
 #include "headlight/core/bf16.h"
 
@@ -126,6 +128,52 @@ TEST(FlashBf16, ScoresAndTheirExponentialsInOnePassGiveTheSameBits) {
           ASSERT_EQ(plain.f.lse[i], masked.f.lse[i]) << i;
       }
     });
+}
+
+TEST(FlashBf16, BackwardScoreTilesInOnePassGiveTheSameBits) {
+  // On AMX the bf16 backward's tiles without dropout, soft-cap or element masks run S → P and
+  // dP → dS in one pass each (amx::backward_probs, backward_dscores); a boolean mask that allows
+  // every key sends every tile through qk_tile, exp_shift_rows, softmax_grad_tile, row_pairs and
+  // round_tile_bf16 instead: dQ, dK and dV must be the same bits. Rows that leave a lone tile of
+  // 16 (200, 130, 100, 47), keys in a short last block (320, 700, 90), GQA, D = 32 to 128, and
+  // causal both alignments (rows with no key at all: lse −inf; the rows' limits on the diagonal);
+  // query row 7 of head 0 has a NaN (lse NaN: its P and dS NaN), compared bit for bit.
+  const AttentionShape shapes[] = {{1, 2, 2, 200, 768, 64, 64},
+                                   {1, 4, 2, 130, 700, 128, 96},
+                                   {2, 2, 2, 48, 320, 32, 32},
+                                   {1, 1, 1, 100, 90, 96, 96},
+                                   {1, 2, 1, 47, 300, 64, 32}};
+  for (const AttentionShape& s : shapes)
+    for (const bool causal : {false, true})
+      for (const Alignment align : {Alignment::top_left, Alignment::bottom_right}) {
+        if (!causal && align == Alignment::bottom_right) continue;
+        SCOPED_TRACE(::testing::Message() << "Lq " << s.len_q << " Lk " << s.len_kv << " D "
+                                          << s.head_dim << (causal ? " causal" : ""));
+        ThreadContext ctx(2);
+        const std::vector<uint8_t> all(static_cast<size_t>(s.len_q * s.len_kv), 1);
+        Bf16Problem plain(s, 53), masked(s, 53);
+        for (Bf16Problem* x : {&plain, &masked})
+          x->q[7 * s.head_dim] = to_bf16(std::numeric_limits<float>::quiet_NaN());
+        AttentionOptions o{.causal = causal, .alignment = align};
+        AttentionParams pp = plain.params(o, false);
+        o.mask = {.kind = MaskKind::boolean, .data = all.data(), .row_stride = s.len_kv};
+        AttentionParams pm = masked.params(o, false);
+        for (AttentionParams* p : {&pp, &pm}) {
+          p->out = {};
+          p->lse = nullptr;
+        }
+        backward(ctx, pp, KernelChoice::fused);
+        backward(ctx, pm, KernelChoice::fused);
+        auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+          return std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+        };
+        EXPECT_TRUE(same_bits(plain.f.dq, masked.f.dq)) << "dq";
+        EXPECT_TRUE(same_bits(plain.f.dk, masked.f.dk)) << "dk";
+        EXPECT_TRUE(same_bits(plain.f.dv, masked.f.dv)) << "dv";
+        // Row 7 is NaN where it sees a key (bottom-right with more rows than keys: it has none).
+        if (!causal || align == Alignment::top_left || 7 + s.len_kv >= s.len_q)
+          EXPECT_TRUE(std::isnan(plain.f.dq[7 * s.head_dim]));
+      }
 }
 
 }  // namespace

@@ -375,38 +375,65 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
               std::fill(out + r * lt + need, out + r * lt + cols_pad, fill);
           });
         };
-        // S (scaled) and P.
-        scores(w.qp + (hg * cr + at) * a.p16, a.p16, kt, a.p16, scale, w.s, kNegInf);
-        if (o.softcap > 0) {
-          kernels::softcap_tile(w.s, rows, cols_pad, lt, o.softcap);
-          for (int64_t r = 0; r < rows; ++r)
-            std::memcpy(w.aux + r * lt, w.s + r * lt, static_cast<size_t>(cols_pad) * 4);
-          kernels::softcap_grad_tile(w.aux, rows, cols_pad, lt, o.softcap);
-        }
         // P: a tile cut only by structural masks takes the rows' last keys as limits (no mask
         // pass, no exponentials past them; the same bits).
         const bool limits = row_limits(p, tile, w.limits);
-        if (!limits) apply_element_masks(p, tile, cols_pad, w.s, lt);
-        kernels::native::exp_shift_rows(w.s, static_cast<size_t>(rows),
-                                        static_cast<size_t>(cols_pad), static_cast<size_t>(lt), lse,
-                                        limits ? w.limits : nullptr);
-        // dP' = dO · Vᵀ.
-        scores(w.dop + (hg * cr + at) * a.pv16, a.pv16, vt, a.pv16, 1.0f, w.dp, 0.0f);
-        const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, lt);
-        // dVᵀ += dOᵀ · P'.
-        accumulate_transposed(pd, w.dot + hg * a.dv16 * lq + at, a.dv16, w.dvt);
-        // dS, then dKᵀ += Qᵀ · dS and dQ += dS · K.
-        kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, lt, dot_rows);
-        if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, lt);
-        accumulate_transposed(w.dp, w.qt + hg * a.d16 * lq + at, a.d16, w.dkt);
-        // dS rounded by vcvtne2ps2bf16 (denormals to zero, as both engines' products read them:
-        // the same products as to_bf16's exact bits, at a fraction of its per-row cost).
-        kernels::native::round_tile_bf16(w.dp, static_cast<size_t>(lt), static_cast<size_t>(rows),
-                                         static_cast<size_t>(cols_pad), w.ds,
-                                         static_cast<size_t>(lb));
-        for (int64_t r = 0; r < r16; ++r) {
-          bf16* out = w.ds + r * lb;
-          std::fill(out + (r < rows ? cols_pad : 0), out + cols32, bf16{});
+        const bool no_masks =
+            !tile.partial && o.alibi_slopes == nullptr && o.mask.kind == MaskKind::none;
+        if (engine.amx && o.softcap == 0 && o.dropout_p == 0 && (limits || no_masks)) {
+          // On AMX, S → P and dP → dS each in one pass whose blocks stay in L1 (the same bits as
+          // below): P and its row pairs, dVᵀ += dOᵀ · P, then dS's row pairs and rows, dKᵀ +=
+          // Qᵀ · dS.
+          kernels::amx::backward_probs(w.qp + (hg * cr + at) * a.p16, static_cast<size_t>(a.p16),
+                                       static_cast<size_t>(rows), kt, static_cast<size_t>(lt),
+                                       static_cast<size_t>(a.p16), static_cast<size_t>(cols_pad),
+                                       static_cast<size_t>(tcols), limits ? w.limits : nullptr,
+                                       scale, lse, w.s, static_cast<size_t>(lt), w.pairs,
+                                       static_cast<size_t>(lt));
+          engine.accumulate(w.dot + hg * a.dv16 * lq + at, static_cast<size_t>(lq),
+                            static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(lt),
+                            static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
+                            static_cast<size_t>(lt));
+          kernels::amx::backward_dscores(
+              w.dop + (hg * cr + at) * a.pv16, static_cast<size_t>(a.pv16),
+              static_cast<size_t>(rows), vt, static_cast<size_t>(lt), static_cast<size_t>(a.pv16),
+              static_cast<size_t>(cols_pad), w.s, static_cast<size_t>(lt), dot_rows, w.pairs,
+              static_cast<size_t>(lt), w.ds, static_cast<size_t>(lb));
+          engine.accumulate(w.qt + hg * a.d16 * lq + at, static_cast<size_t>(lq),
+                            static_cast<size_t>(a.d16), w.pairs, static_cast<size_t>(lt),
+                            static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
+                            static_cast<size_t>(lt));
+        } else {
+          // S (scaled) and P.
+          scores(w.qp + (hg * cr + at) * a.p16, a.p16, kt, a.p16, scale, w.s, kNegInf);
+          if (o.softcap > 0) {
+            kernels::softcap_tile(w.s, rows, cols_pad, lt, o.softcap);
+            for (int64_t r = 0; r < rows; ++r)
+              std::memcpy(w.aux + r * lt, w.s + r * lt, static_cast<size_t>(cols_pad) * 4);
+            kernels::softcap_grad_tile(w.aux, rows, cols_pad, lt, o.softcap);
+          }
+          if (!limits) apply_element_masks(p, tile, cols_pad, w.s, lt);
+          kernels::native::exp_shift_rows(w.s, static_cast<size_t>(rows),
+                                          static_cast<size_t>(cols_pad), static_cast<size_t>(lt),
+                                          lse, limits ? w.limits : nullptr);
+          // dP' = dO · Vᵀ.
+          scores(w.dop + (hg * cr + at) * a.pv16, a.pv16, vt, a.pv16, 1.0f, w.dp, 0.0f);
+          const float* pd = backward_dropout(p, tile, w.s, w.pd, w.dp, cols_pad, lt);
+          // dVᵀ += dOᵀ · P'.
+          accumulate_transposed(pd, w.dot + hg * a.dv16 * lq + at, a.dv16, w.dvt);
+          // dS, then dKᵀ += Qᵀ · dS and dQ += dS · K.
+          kernels::softmax_grad_tile(w.s, w.dp, rows, cols_pad, lt, dot_rows);
+          if (o.softcap > 0) kernels::mul_tile(w.dp, w.aux, rows, cols_pad, lt);
+          accumulate_transposed(w.dp, w.qt + hg * a.d16 * lq + at, a.d16, w.dkt);
+          // dS rounded by vcvtne2ps2bf16 (denormals to zero, as both engines' products read them:
+          // the same products as to_bf16's exact bits, at a fraction of its per-row cost).
+          kernels::native::round_tile_bf16(w.dp, static_cast<size_t>(lt), static_cast<size_t>(rows),
+                                           static_cast<size_t>(cols_pad), w.ds,
+                                           static_cast<size_t>(lb));
+          for (int64_t r = 0; r < r16; ++r) {
+            bf16* out = w.ds + r * lb;
+            std::fill(out + (r < rows ? cols_pad : 0), out + cols32, bf16{});
+          }
         }
         float* dq_rows = w.dq + (hg * cr + at) * lk;
         if (first >= tcols)

@@ -199,6 +199,23 @@ void rows_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, 
 void rows_pv(const bf16* p, size_t ldp, size_t rows, size_t cols, const bf16* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha);
 void rows_order(float* o, size_t ldo, size_t rows, size_t width);
+// The bf16 backward's score tiles in one pass each (flash_backward_bf16_amx.cc), for a tile
+// without dropout, soft-cap or element masks. Rows are computed in whole tiles of 16 (q and dout
+// zero past `rows`), keys in blocks of 32 up to cols rounded up to 32 (kt and vt zero past their
+// keys); cols is the tile's columns padded to 16, as the unfused path computes them.
+// backward_probs: P = exp(scale · q · ktᵀ − lse) (native::exp_shift_rows' bits) for keys below
+// the row's limit (limits[r] capped at cols, or `keys` for every row when limits is null), 0 past
+// it; a row with lse −inf all 0, NaN NaN below cols. P into p [rows, ldp] fp32 (keys up to cols
+// rounded to 32) and as row pairs (native::row_pairs' words) into pw [rows rounded to 32 / 2, ldw].
+void backward_probs(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,
+                    size_t pairs, size_t cols, size_t keys, const int32_t* limits, float scale,
+                    const float* lse, float* p, size_t ldp, uint32_t* pw, size_t ldw);
+// backward_dscores: dS = p ⊙ (dout · vtᵀ − dot[r]) (softmax_grad_tile's bits) for r < rows and
+// keys below cols, 0 elsewhere, rounded to bf16: as row pairs into pw (as above) and as rows into
+// ds [rows rounded to 16, ldds] (keys up to cols rounded to 32).
+void backward_dscores(const uint32_t* dout, size_t ldd, size_t rows, const uint32_t* vt, size_t ldv,
+                      size_t pairs, size_t cols, const float* p, size_t ldp, const float* dot,
+                      uint32_t* pw, size_t ldw, bf16* ds, size_t ldds);
 }  // namespace amx
 
 }  // namespace headlight::attention::cpu::kernels

@@ -52,6 +52,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "src/attention/cpu/amx_block.h"
 #include "src/attention/cpu/bf16_target.h"  // Exp2, kLog2e
 
 // GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
@@ -59,48 +60,10 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
-#define HEADLIGHT_AMX_TARGET \
-  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512dq,avx512bw,avx512vl,avx512bf16")))
-
 namespace headlight::attention::cpu::kernels::amx {
 namespace {
 
-// One RT × CT block (RT, CT ∈ {1, 2} tiles of 16) of c = a · b over `steps` steps of 16 words;
-// with kLoadC the accumulators start from c, else from zero.
-template <int RT, int CT, bool kLoadC>
-HEADLIGHT_AMX_TARGET inline void Block(const void* a, size_t lda_bytes, const uint32_t* b,
-                                       size_t ldb, size_t steps, size_t a_step_bytes, float* c,
-                                       size_t ldc) {
-  const auto* a0 = static_cast<const char*>(a);
-  const char* a1 = a0 + 16 * lda_bytes;
-  const size_t ldc_bytes = ldc * sizeof(float), ldb_bytes = ldb * sizeof(uint32_t);
-  if constexpr (kLoadC) {
-    _tile_loadd(0, c, ldc_bytes);
-    if constexpr (CT == 2) _tile_loadd(1, c + 16, ldc_bytes);
-    if constexpr (RT == 2) _tile_loadd(2, c + 16 * ldc, ldc_bytes);
-    if constexpr (RT == 2 && CT == 2) _tile_loadd(3, c + 16 * ldc + 16, ldc_bytes);
-  } else {
-    _tile_zero(0);
-    if constexpr (CT == 2) _tile_zero(1);
-    if constexpr (RT == 2) _tile_zero(2);
-    if constexpr (RT == 2 && CT == 2) _tile_zero(3);
-  }
-  for (size_t k = 0; k < steps; ++k) {
-    _tile_loadd(4, a0 + k * a_step_bytes, lda_bytes);
-    if constexpr (RT == 2) _tile_loadd(5, a1 + k * a_step_bytes, lda_bytes);
-    const uint32_t* bk = b + k * 16 * ldb;
-    _tile_loadd(6, bk, ldb_bytes);
-    if constexpr (CT == 2) _tile_loadd(7, bk + 16, ldb_bytes);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (CT == 2) _tile_dpbf16ps(1, 4, 7);
-    if constexpr (RT == 2) _tile_dpbf16ps(2, 5, 6);
-    if constexpr (RT == 2 && CT == 2) _tile_dpbf16ps(3, 5, 7);
-  }
-  _tile_stored(0, c, ldc_bytes);
-  if constexpr (CT == 2) _tile_stored(1, c + 16, ldc_bytes);
-  if constexpr (RT == 2) _tile_stored(2, c + 16 * ldc, ldc_bytes);
-  if constexpr (RT == 2 && CT == 2) _tile_stored(3, c + 16 * ldc + 16, ldc_bytes);
-}
+using tiles::Block;
 
 // c[rows, cols] (= or +=) a · b in 2 × 2 blocks with 1-tile edges.
 template <bool kLoadC>
