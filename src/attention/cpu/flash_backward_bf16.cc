@@ -101,27 +101,28 @@ Bf16BackwardPlan make_bf16_plan(const AttentionParams& p, bool amx) {
 
 // One worker's scratch (sizes in elements of their types).
 struct Bf16Scratch {
-  uint32_t* qp;      // [G, cr, p16] query pair words
-  bf16* qt;          // [G, d16, cr] queries transposed
-  uint32_t* dop;     // [G, cr, pv16] output-gradient pair words
-  bf16* dot;         // [G, dv16, cr] output gradients transposed
-  float* dq;         // [G, cr, d16] dQ / scale
-  float* dkt;        // [d16, bc] dKᵀ / scale of the current key block
-  float* dvt;        // [dv16, bc] dVᵀ
-  float* s;          // [br, bc] scores, then P
-  float* pd;         // [br, bc] P after dropout
-  float* dp;         // [br, bc] dP, then dS
-  float* aux;        // [br, bc] soft-cap derivatives
-  uint32_t* pairs;   // [br / 2, bc] P' or dS in row pairs
-  bf16* ds;          // [br, bc] dS rounded
-  int32_t* limits;   // [br] the rows' key limits of a structurally masked tile (row_limits)
-  float* key_rows;   // [bc, max(D, Dv)] a key block's dK or dV rows before rounding (KeyRows::to)
-  float* row_scale;  // [bc] the factor of each of those rows
+  uint32_t* qp;        // [G, cr, p16] query pair words
+  bf16* qt;            // [G, d16, cr] queries transposed
+  uint32_t* dop;       // [G, cr, pv16] output-gradient pair words
+  bf16* dot;           // [G, dv16, cr] output gradients transposed
+  float* dq;           // [G, cr, d16] dQ / scale
+  float* dkt;          // [d16, bc] dKᵀ / scale of the current key block
+  float* dvt;          // [dv16, bc] dVᵀ
+  float* s;            // [br, bc] scores, then P
+  float* pd;           // [br, bc] P after dropout
+  float* dp;           // [br, bc] dP, then dS
+  float* aux;          // [br, bc] soft-cap derivatives
+  uint32_t* pairs;     // [br / 2, bc] P' or dS in row pairs
+  uint32_t* ds_pairs;  // [br / 2, bc] dS in row pairs beside P's (amx::backward_tile)
+  bf16* ds;            // [br, bc] dS rounded
+  int32_t* limits;     // [br] the rows' key limits of a structurally masked tile (row_limits)
+  float* key_rows;     // [bc, max(D, Dv)] a key block's dK or dV rows before rounding (KeyRows::to)
+  float* row_scale;    // [bc] the factor of each of those rows
 };
 
 size_t scratch_bytes(const Bf16BackwardPlan& a) {
   const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br, lt = a.lt;
-  const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + br / 2 * lt;
+  const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + 2 * (br / 2 * lt);
   const int64_t halves = G * a.d16 * a.lq + G * a.dv16 * a.lq + br * a.lb;
   const int64_t floats =
       G * cr * a.lk + a.d16 * lt + a.dv16 * lt + 4 * br * lt + bc * std::max(a.D, a.Dv) + bc;
@@ -149,6 +150,7 @@ Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
   w.dp = reinterpret_cast<float*>(take(4 * br * lt));
   w.aux = reinterpret_cast<float*>(take(4 * br * lt));
   w.pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * lt));
+  w.ds_pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * lt));
   w.ds = reinterpret_cast<bf16*>(take(2 * br * a.lb));
   w.limits = reinterpret_cast<int32_t*>(take(4 * br));
   w.key_rows = reinterpret_cast<float*>(take(4 * bc * std::max(a.D, a.Dv)));
@@ -381,26 +383,36 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
         const bool no_masks =
             !tile.partial && o.alibi_slopes == nullptr && o.mask.kind == MaskKind::none;
         if (engine.amx && o.softcap == 0 && o.dropout_p == 0 && (limits || no_masks)) {
-          // On AMX, S → P and dP → dS each in one pass whose blocks stay in L1 (the same bits as
-          // below): P and its row pairs, dVᵀ += dOᵀ · P, then dS's row pairs and rows, dKᵀ +=
-          // Qᵀ · dS.
-          kernels::amx::backward_probs(w.qp + (hg * cr + at) * a.p16, static_cast<size_t>(a.p16),
-                                       static_cast<size_t>(rows), kt, static_cast<size_t>(lt),
-                                       static_cast<size_t>(a.p16), static_cast<size_t>(cols_pad),
-                                       static_cast<size_t>(tcols), limits ? w.limits : nullptr,
-                                       scale, lse, w.s, static_cast<size_t>(lt), w.pairs,
-                                       static_cast<size_t>(lt));
+          // On AMX, S → P and dP → dS in one pass whose blocks stay in L1 (the same bits as
+          // below): P's row pairs, dS's row pairs and rows; then dVᵀ += dOᵀ · P, dKᵀ += Qᵀ · dS.
+          kernels::amx::backward_tile({.q = w.qp + (hg * cr + at) * a.p16,
+                                       .dout = w.dop + (hg * cr + at) * a.pv16,
+                                       .ldq = static_cast<size_t>(a.p16),
+                                       .ldd = static_cast<size_t>(a.pv16),
+                                       .rows = static_cast<size_t>(rows),
+                                       .kt = kt,
+                                       .vt = vt,
+                                       .ldk = static_cast<size_t>(lt),
+                                       .ldv = static_cast<size_t>(lt),
+                                       .q_pairs = static_cast<size_t>(a.p16),
+                                       .v_pairs = static_cast<size_t>(a.pv16),
+                                       .cols = static_cast<size_t>(cols_pad),
+                                       .keys = static_cast<size_t>(tcols),
+                                       .limits = limits ? w.limits : nullptr,
+                                       .scale = scale,
+                                       .lse = lse,
+                                       .dot = dot_rows,
+                                       .p_pairs = w.pairs,
+                                       .ds_pairs = w.ds_pairs,
+                                       .ldw = static_cast<size_t>(lt),
+                                       .ds = w.ds,
+                                       .ldds = static_cast<size_t>(lb)});
           engine.accumulate(w.dot + hg * a.dv16 * lq + at, static_cast<size_t>(lq),
                             static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(lt),
                             static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
                             static_cast<size_t>(lt));
-          kernels::amx::backward_dscores(
-              w.dop + (hg * cr + at) * a.pv16, static_cast<size_t>(a.pv16),
-              static_cast<size_t>(rows), vt, static_cast<size_t>(lt), static_cast<size_t>(a.pv16),
-              static_cast<size_t>(cols_pad), w.s, static_cast<size_t>(lt), dot_rows, w.pairs,
-              static_cast<size_t>(lt), w.ds, static_cast<size_t>(lb));
           engine.accumulate(w.qt + hg * a.d16 * lq + at, static_cast<size_t>(lq),
-                            static_cast<size_t>(a.d16), w.pairs, static_cast<size_t>(lt),
+                            static_cast<size_t>(a.d16), w.ds_pairs, static_cast<size_t>(lt),
                             static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
                             static_cast<size_t>(lt));
         } else {

@@ -1,21 +1,22 @@
-// The bf16 backward's score tiles on AMX, each in one pass (flash_backward_bf16.cc runs them on a
-// tile without dropout, soft-cap or element masks; the others take the unfused path):
+// The bf16 backward's score tiles on AMX in one pass (amx::backward_tile; flash_backward_bf16.cc
+// runs it on a tile without dropout, soft-cap or element masks, the others take the unfused path).
+// For each 2 × 2 block of tiles (32 rows × 32 keys; amx::tiles::Block):
 //
-//   backward_probs    S = scale · Q · Kᵀ, then P = 2^(S · log2 e − lse · log2 e) for the keys
-//                     below each row's limit (0 past it): P in fp32 into p, for the softmax
-//                     gradient, and its row pairs into pw, the B operand of dVᵀ += dOᵀ · P.
-//   backward_dscores  dP = dO · Vᵀ, then dS = P ⊙ (dP − δ) with δ = rowsum(dO ⊙ O), rounded to
-//                     bf16: its row pairs into pw, the B operand of dKᵀ += Qᵀ · dS, and its rows
-//                     into ds, the A operand of dQ += dS · K.
+//   S  = scale · Q · Kᵀ  into a 4 KiB buffer in L1, then at once
+//   P  = 2^(S · log2 e − lse · log2 e) for the keys below each row's limit (0 past it), kept in a
+//        second 4 KiB buffer, its row pairs out (the B operand of dVᵀ += dOᵀ · P);
+//   dP = dO · Vᵀ into the first buffer, then at once
+//   dS = P ⊙ (dP − δ), δ = rowsum(dO ⊙ O), rounded to bf16: its row pairs out (the B operand of
+//        dKᵀ += Qᵀ · dS) and its rows (the A operand of dQ += dS · K).
 //
-// Tiling: the products run in 2 × 2 blocks of tiles (32 rows × 32 keys; amx::tiles::Block), each
-// block stored into a 4 KiB buffer that stays in L1 and turned into P or dS at once, row pair by
-// row pair, as the forward's qk_exp_tile does. The unfused path stores S and dP whole into [128,
-// 256] fp32 tiles (128 KiB each, in L2: a tile store into L2 stalls the matrix unit about four
-// times as long as one into L1, flash_bf16_amx.cc) and reads them back in five vector passes:
-// exp_shift_rows, softmax_grad_tile, round_tile_bf16 and row_pairs twice. Here S and dP never
-// leave L1; what goes through L2 is P in fp32 (written once, read once by backward_dscores) and
-// the bf16 operands of the next products.
+// The unfused path stores S and dP whole into [128, 256] fp32 tiles (128 KiB each, in L2: a tile
+// store into L2 stalls the matrix unit about four times as long as one into L1,
+// flash_bf16_amx.cc) and reads them back in five vector passes (exp_shift_rows, softmax_grad_tile,
+// round_tile_bf16, row_pairs twice). Here S, P and dP never leave L1; what goes to L2 is the three
+// bf16 operands of the tile's next products, 6 bytes a score. Against the unfused path, N = 2048,
+// 8 heads (binaries alternated, medians of 5): D = 64 17.2 → 13.5 ms, D = 128 27.5 → 24.4, causal
+// D = 64 10.0 → 8.1. (S → P and dP → dS as two passes, P through L2 in fp32 between them, had
+// been 2–3% slower at D = 64 and as fast at D = 128.)
 //
 // The bits are the unfused path's: per element the same instructions in the same order (S · scale,
 // then fmsub and native::Exp2; dP − δ, then · P; vcvtneps2bf16), the keys past a row's limit 0, a
@@ -80,84 +81,70 @@ HEADLIGHT_AMX_TARGET inline void ZeroPairRows(size_t rows16, size_t rows32, size
 
 }  // namespace
 
-HEADLIGHT_AMX_TARGET void backward_probs(const uint32_t* q, size_t ldq, size_t rows,
-                                         const uint32_t* kt, size_t ldk, size_t pairs, size_t cols,
-                                         size_t keys, const int32_t* limits, float scale,
-                                         const float* lse, float* p, size_t ldp, uint32_t* pw,
-                                         size_t ldw) {
-  alignas(64) float buf[32 * 32];  // one block's scores [32 rows, 32 keys], in L1
+HEADLIGHT_AMX_TARGET void backward_tile(const BackwardTile& t) {
+  alignas(64) float buf[32 * 32];  // one block's S, then its dP [32 rows, 32 keys]
+  alignas(64) float pb[32 * 32];   // the block's P
+  const size_t rows = t.rows, cols = t.cols;
   const size_t rows16 = (rows + 15) / 16 * 16, rows32 = (rows + 31) / 32 * 32;
-  const size_t cols32 = (cols + 31) / 32 * 32, steps = pairs / 16;
-  const __m512 vs = _mm512_set1_ps(scale), l2e = _mm512_set1_ps(native::kLog2e);
+  const size_t cols32 = (cols + 31) / 32 * 32;
+  const __m512 vs = _mm512_set1_ps(t.scale), l2e = _mm512_set1_ps(native::kLog2e);
   for (size_t r0 = 0; r0 < rows16; r0 += 32)
     for (size_t x = 0; x < cols32; x += 32) {
-      const size_t n = BlockAt(q, ldq, rows16, kt, ldk, steps, r0, x, buf);
-      for (size_t i = 0; i < n; i += 2) {
-        __m512 v[2][2];  // P of the pair's [row][16 keys]
-        for (size_t k = 0; k < 2; ++k) {
-          const size_t r = r0 + i + k;
-          v[k][0] = v[k][1] = _mm512_setzero_ps();
-          if (r >= rows) continue;
-          const float l = lse[r];
-          if (l != l) {  // a NaN row: NaN up to the padded columns (exp_shift_rows' fill)
-            for (size_t h = 0; h < 2; ++h)
-              v[k][h] = _mm512_maskz_mov_ps(Below(x + 16 * h, cols), _mm512_set1_ps(l));
-          } else if (l > -__builtin_inff()) {
-            const size_t lim =
-                limits ? std::min(cols, static_cast<size_t>(std::max(limits[r], 0))) : keys;
-            const __m512 shift = _mm512_set1_ps(l * native::kLog2e);
-            for (size_t h = 0; h < 2; ++h) {
-              const __m512 s = _mm512_mul_ps(_mm512_load_ps(buf + (i + k) * 32 + 16 * h), vs);
-              v[k][h] = _mm512_maskz_mov_ps(Below(x + 16 * h, lim),
-                                            native::Exp2(_mm512_fmsub_ps(s, l2e, shift)));
-            }
-          }
-          _mm512_storeu_ps(p + r * ldp + x, v[k][0]);
-          _mm512_storeu_ps(p + r * ldp + x + 16, v[k][1]);
+      // S, then P (exp_shift_rows' bits) into pb and its row pairs.
+      const size_t n = BlockAt(t.q, t.ldq, rows16, t.kt, t.ldk, t.q_pairs / 16, r0, x, buf);
+      for (size_t i = 0; i < n; ++i) {
+        const size_t r = r0 + i;
+        __m512 v0 = _mm512_setzero_ps(), v1 = _mm512_setzero_ps();
+        const float l = r < rows ? t.lse[r] : -__builtin_inff();
+        if (l != l) {  // a NaN row: NaN up to the padded columns (exp_shift_rows' fill)
+          v0 = _mm512_maskz_mov_ps(Below(x, cols), _mm512_set1_ps(l));
+          v1 = _mm512_maskz_mov_ps(Below(x + 16, cols), _mm512_set1_ps(l));
+        } else if (l > -__builtin_inff()) {
+          const size_t lim =
+              t.limits ? std::min(cols, static_cast<size_t>(std::max(t.limits[r], 0))) : t.keys;
+          const __m512 shift = _mm512_set1_ps(l * native::kLog2e);
+          const __m512 s0 = _mm512_mul_ps(_mm512_load_ps(buf + i * 32), vs);
+          const __m512 s1 = _mm512_mul_ps(_mm512_load_ps(buf + i * 32 + 16), vs);
+          v0 = _mm512_maskz_mov_ps(Below(x, lim), native::Exp2(_mm512_fmsub_ps(s0, l2e, shift)));
+          v1 = _mm512_maskz_mov_ps(Below(x + 16, lim),
+                                   native::Exp2(_mm512_fmsub_ps(s1, l2e, shift)));
         }
-        uint32_t* out = pw + (r0 + i) / 2 * ldw + x;
-        _mm512_storeu_si512(out, PairWords(v[0][0], v[1][0]));
-        _mm512_storeu_si512(out + 16, PairWords(v[0][1], v[1][1]));
+        _mm512_store_ps(pb + i * 32, v0);
+        _mm512_store_ps(pb + i * 32 + 16, v1);
       }
-    }
-  ZeroPairRows(rows16, rows32, cols32, pw, ldw);
-  _mm256_zeroupper();
-}
-
-HEADLIGHT_AMX_TARGET void backward_dscores(const uint32_t* dout, size_t ldd, size_t rows,
-                                           const uint32_t* vt, size_t ldv, size_t pairs,
-                                           size_t cols, const float* p, size_t ldp,
-                                           const float* dot, uint32_t* pw, size_t ldw, bf16* ds,
-                                           size_t ldds) {
-  alignas(64) float buf[32 * 32];  // one block's dP [32 rows, 32 keys], in L1
-  const size_t rows16 = (rows + 15) / 16 * 16, rows32 = (rows + 31) / 32 * 32;
-  const size_t cols32 = (cols + 31) / 32 * 32, steps = pairs / 16;
-  for (size_t r0 = 0; r0 < rows16; r0 += 32)
-    for (size_t x = 0; x < cols32; x += 32) {
-      const size_t n = BlockAt(dout, ldd, rows16, vt, ldv, steps, r0, x, buf);
+      for (size_t i = 0; i < n; i += 2) {
+        uint32_t* out = t.p_pairs + (r0 + i) / 2 * t.ldw + x;
+        const float* p0 = pb + i * 32;
+        _mm512_storeu_si512(out, PairWords(_mm512_load_ps(p0), _mm512_load_ps(p0 + 32)));
+        _mm512_storeu_si512(out + 16, PairWords(_mm512_load_ps(p0 + 16), _mm512_load_ps(p0 + 48)));
+      }
+      // dP, then dS = P · (dP − δ) (softmax_grad_tile's bits), rounded: row pairs and rows.
+      BlockAt(t.dout, t.ldd, rows16, t.vt, t.ldv, t.v_pairs / 16, r0, x, buf);
       const __mmask16 m0 = Below(x, cols), m1 = Below(x + 16, cols);
       for (size_t i = 0; i < n; i += 2) {
         __m512 v[2][2];  // dS of the pair's [row][16 keys]
         for (size_t k = 0; k < 2; ++k) {
           const size_t r = r0 + i + k;
           v[k][0] = v[k][1] = _mm512_setzero_ps();
-          if (r < rows) {  // softmax_grad_tile's dS = P · (dP − δ)
-            const __m512 d = _mm512_set1_ps(dot[r]);
-            const float* pr = p + r * ldp + x;
+          if (r < rows) {
+            const __m512 d = _mm512_set1_ps(t.dot[r]);
+            const float* pr = pb + (i + k) * 32;
             const float* dp = buf + (i + k) * 32;
             v[k][0] =
-                _mm512_maskz_mul_ps(m0, _mm512_loadu_ps(pr), _mm512_sub_ps(_mm512_load_ps(dp), d));
-            v[k][1] = _mm512_maskz_mul_ps(m1, _mm512_loadu_ps(pr + 16),
+                _mm512_maskz_mul_ps(m0, _mm512_load_ps(pr), _mm512_sub_ps(_mm512_load_ps(dp), d));
+            v[k][1] = _mm512_maskz_mul_ps(m1, _mm512_load_ps(pr + 16),
                                           _mm512_sub_ps(_mm512_load_ps(dp + 16), d));
           }
-          _mm512_storeu_si512(ds + r * ldds + x, (__m512i)_mm512_cvtne2ps_pbh(v[k][1], v[k][0]));
+          _mm512_storeu_si512(t.ds + r * t.ldds + x,
+                              (__m512i)_mm512_cvtne2ps_pbh(v[k][1], v[k][0]));
         }
-        uint32_t* out = pw + (r0 + i) / 2 * ldw + x;
+        uint32_t* out = t.ds_pairs + (r0 + i) / 2 * t.ldw + x;
         _mm512_storeu_si512(out, PairWords(v[0][0], v[1][0]));
         _mm512_storeu_si512(out + 16, PairWords(v[0][1], v[1][1]));
       }
     }
-  ZeroPairRows(rows16, rows32, cols32, pw, ldw);
+  ZeroPairRows(rows16, rows32, cols32, t.p_pairs, t.ldw);
+  ZeroPairRows(rows16, rows32, cols32, t.ds_pairs, t.ldw);
   _mm256_zeroupper();
 }
 
@@ -169,14 +156,8 @@ HEADLIGHT_AMX_TARGET void backward_dscores(const uint32_t* dout, size_t ldd, siz
 
 namespace headlight::attention::cpu::kernels::amx {
 
-void backward_probs(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t,
-                    size_t, const int32_t*, float, const float*, float*, size_t, uint32_t*,
-                    size_t) {
-  fail("amx::backward_probs: no AMX on this architecture");
-}
-void backward_dscores(const uint32_t*, size_t, size_t, const uint32_t*, size_t, size_t, size_t,
-                      const float*, size_t, const float*, uint32_t*, size_t, bf16*, size_t) {
-  fail("amx::backward_dscores: no AMX on this architecture");
+void backward_tile(const BackwardTile&) {
+  fail("amx::backward_tile: no AMX on this architecture");
 }
 
 }  // namespace headlight::attention::cpu::kernels::amx

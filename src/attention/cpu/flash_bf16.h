@@ -199,23 +199,35 @@ void rows_scores(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* k, 
 void rows_pv(const bf16* p, size_t ldp, size_t rows, size_t cols, const bf16* v, size_t ldv,
              size_t width, float* o, size_t ldo, const float* alpha);
 void rows_order(float* o, size_t ldo, size_t rows, size_t width);
-// The bf16 backward's score tiles in one pass each (flash_backward_bf16_amx.cc), for a tile
-// without dropout, soft-cap or element masks. Rows are computed in whole tiles of 16 (q and dout
-// zero past `rows`), keys in blocks of 32 up to cols rounded up to 32 (kt and vt zero past their
-// keys); cols is the tile's columns padded to 16, as the unfused path computes them.
-// backward_probs: P = exp(scale · q · ktᵀ − lse) (native::exp_shift_rows' bits) for keys below
-// the row's limit (limits[r] capped at cols, or `keys` for every row when limits is null), 0 past
-// it; a row with lse −inf all 0, NaN NaN below cols. P into p [rows, ldp] fp32 (keys up to cols
-// rounded to 32) and as row pairs (native::row_pairs' words) into pw [rows rounded to 32 / 2, ldw].
-void backward_probs(const uint32_t* q, size_t ldq, size_t rows, const uint32_t* kt, size_t ldk,
-                    size_t pairs, size_t cols, size_t keys, const int32_t* limits, float scale,
-                    const float* lse, float* p, size_t ldp, uint32_t* pw, size_t ldw);
-// backward_dscores: dS = p ⊙ (dout · vtᵀ − dot[r]) (softmax_grad_tile's bits) for r < rows and
-// keys below cols, 0 elsewhere, rounded to bf16: as row pairs into pw (as above) and as rows into
-// ds [rows rounded to 16, ldds] (keys up to cols rounded to 32).
-void backward_dscores(const uint32_t* dout, size_t ldd, size_t rows, const uint32_t* vt, size_t ldv,
-                      size_t pairs, size_t cols, const float* p, size_t ldp, const float* dot,
-                      uint32_t* pw, size_t ldw, bf16* ds, size_t ldds);
+// One tile of the bf16 backward on AMX, its scores in one pass (flash_backward_bf16_amx.cc), for
+// a tile without dropout, soft-cap or element masks: P = exp(scale · q · ktᵀ − lse) (the bits of
+// native::exp_shift_rows) for keys below the row's limit (limits[r] capped at cols, or `keys` for
+// every row when limits is null), 0 past it, a row with lse −inf all 0 and one with lse NaN NaN
+// below cols; dS = P ⊙ (dout · vtᵀ − dot[r]) (softmax_grad_tile's bits), 0 in rows past `rows`
+// and keys past cols. Rows run in whole tiles of 16 (q and dout zero past `rows`), keys in blocks
+// of 32 up to cols rounded up to 32 (kt and vt zero past their keys).
+struct BackwardTile {
+  const uint32_t* q;     // [rows, ldq] query pair words
+  const uint32_t* dout;  // [rows, ldd] output-gradient pair words
+  size_t ldq, ldd, rows;
+  const uint32_t* kt;                 // Kᵀ pair words [q_pairs, ldk]
+  const uint32_t* vt;                 // Vᵀ pair words [v_pairs, ldv]
+  size_t ldk, ldv, q_pairs, v_pairs;  // pairs: multiples of 16
+  size_t cols;                        // the tile's columns, padded to 16
+  size_t keys;                        // every row's limit when limits is null
+  const int32_t* limits;              // [rows] or null
+  float scale;
+  const float* lse;  // [rows]
+  const float* dot;  // [rows] δ = rowsum(dO ⊙ O)
+  // Out: P and dS rounded to bf16 as row pairs (native::row_pairs' words) [rows rounded to 32 /
+  // 2, ldw], and dS as bf16 rows [rows rounded to 16, ldds], keys up to cols rounded to 32.
+  uint32_t* p_pairs;
+  uint32_t* ds_pairs;
+  size_t ldw;
+  bf16* ds;
+  size_t ldds;
+};
+void backward_tile(const BackwardTile& t);
 }  // namespace amx
 
 }  // namespace headlight::attention::cpu::kernels
