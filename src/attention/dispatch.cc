@@ -7,6 +7,7 @@
 #include "headlight/attention/cpu/flash_backward.h"
 #include "headlight/attention/cpu/flash_forward.h"
 #include "headlight/attention/reference.h"
+#include "headlight/core/cpu_info.h"
 #include "headlight/core/error.h"
 #include "headlight/core/tensor.h"
 
@@ -134,6 +135,7 @@ void backward(ThreadContext& ctx, const AttentionParams& p, KernelChoice choice)
   }
   if (p.q.is_bf16()) {
     validate(p, /*backward=*/true);
+    apply_isa_from_environment();  // before asking what this CPU may run
     if (!cpu::bf16_backward_available(p)) return backward_widened(ctx, p);
     Tensor out, lse;
     cpu::flash_backward_bf16(ctx, with_forward_outputs(ctx, p, out, lse));

@@ -85,11 +85,11 @@ int64_t allowed_targets() {
 }
 
 void force_isa(std::string_view isa) {
-  int64_t limit = 0;  // the best target allowed; 0: no restriction
-  int bf16_level = 2;
+  int64_t limit = 0;   // the best target allowed; 0: no restriction
+  int bf16_level = 0;  // under a restriction: none (native_bf16's levels)
   if (isa == "avx3_bf16") {
     limit = HWY_AVX3;
-    bf16_level = 1;
+    bf16_level = 1;  // AVX-512 BF16 without AMX
   } else if (isa == "avx3" || isa == "avx512") {
     limit = HWY_AVX3;
   } else if (isa == "avx2") {
@@ -106,7 +106,7 @@ void force_isa(std::string_view isa) {
   }
   // Highway numbers better targets with lower bits: disable every bit below the limit.
   hwy::DisableTargets(limit == 0 ? 0 : (limit - 1) & ~HWY_SCALAR);
-  native_bf16.store(limit == 0 ? 2 : limit == HWY_AVX3 ? bf16_level - 1 : 0);
+  native_bf16.store(limit == 0 ? 2 : bf16_level);
   // DisableTargets leaves the choice to the next HWY_DYNAMIC_DISPATCH, which makes it through
   // SupportedTargets, and that call points dispatch at every target for a moment before the
   // choice is stored: a second thread dispatching then ran the best target (one in three runs of
