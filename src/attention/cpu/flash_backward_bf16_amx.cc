@@ -31,12 +31,7 @@
 #include <algorithm>
 
 #include "src/attention/cpu/amx_block.h"
-#include "src/attention/cpu/bf16_target.h"  // Exp2, kLog2e
-
-// GCC 12's AVX-512 intrinsics pass an uninitialised _mm512_undefined_*() as the unused merge
-// operand, which -W(maybe-)uninitialized reports wherever they are inlined: silenced for this file.
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include "src/attention/cpu/bf16_target.h"  // Exp2, kLog2e; -W(maybe-)uninitialized silenced
 
 namespace headlight::attention::cpu::kernels::amx {
 namespace {
