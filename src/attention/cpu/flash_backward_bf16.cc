@@ -13,14 +13,20 @@
 // needs transposing; each key block's dKᵀ and dVᵀ are transposed once into the partial buffers.
 // P' and dS are rounded to bf16 for the products (the forward rounds P the same way); P itself,
 // the softmax gradient, the masks, soft-cap and dropout are the fp32 code of the fp32 backward.
+// On AMX a tile without dropout, soft-cap or element masks takes S → P and dP → dS in one pass
+// per 2 × 2 block instead (amx::backward_tile, flash_backward_bf16_amx.cc: the same bits), the
+// tiles are 128 query rows (64 under a short band) and every leading dim is a cache line longer
+// than its data (make_bf16_plan).
 //
 // Items and determinism as in flash_backward.cc: (batch, kv head, chunk of query rows), the chunk
 // count from L_q alone; every item writes its chunk's slice of fp32 partial dK and dV, added in
 // chunk order at the end (then rounded into bf16 gradients, or copied into fp32 ones). With one
 // chunk there is nothing to add: the items write dK and dV in place (bf16 ones rounded a key
-// block at a time, with the bits the partials' rounding gives). With one
-// chunk and few key blocks an item also packs its own keys (into its scratch, kept in L2) rather
-// than reading a packing shared by all items.
+// block at a time, with the bits the partials' rounding gives). With enough (batch, kv head)
+// pairs a thread, an item is a whole pair that runs its chunks in turn and adds their rows in the
+// same order (no partials through memory; the same bits). With one chunk and few key blocks an
+// item also packs its own keys (into its scratch, kept in L2) rather than reading a packing shared
+// by all items.
 
 #include <algorithm>
 #include <cstring>
