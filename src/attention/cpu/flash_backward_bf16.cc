@@ -86,8 +86,7 @@ Bf16BackwardPlan make_bf16_plan(const AttentionParams& p, bool amx) {
   a.d16 = round_up(std::max<int64_t>(a.D, 1), 16);
   a.dv16 = round_up(std::max<int64_t>(a.Dv, 1), 16);
   a.bc = round_up(std::min(kBlockKeys, std::max<int64_t>(sh.len_kv, 1)), 32);
-  const bool banded = p.options.causal || p.options.window_left >= 0 || p.options.window_right >= 0;
-  const bool wide = amx && !(banded && sh.len_q < kWideTileMinRows);
+  const bool wide = amx && !(banded(p.options) && sh.len_q < kWideTileMinRows);
   a.br = std::min<int64_t>(wide ? kTileRowsAmx : kTileRows,
                            round_up(std::max<int64_t>(sh.len_q, 1), 32));
   a.chunks = std::clamp<int64_t>((sh.len_q + kChunkRows - 1) / kChunkRows, 1, kMaxChunks);
@@ -108,19 +107,19 @@ Bf16BackwardPlan make_bf16_plan(const AttentionParams& p, bool amx) {
 // One worker's scratch (sizes in elements of their types).
 struct Bf16Scratch {
   uint32_t* qp;        // [G, cr, p16] query pair words
-  bf16* qt;            // [G, d16, cr] queries transposed
+  bf16* qt;            // [G, d16, cr] queries transposed (leading dim lq)
   uint32_t* dop;       // [G, cr, pv16] output-gradient pair words
-  bf16* dot;           // [G, dv16, cr] output gradients transposed
-  float* dq;           // [G, cr, d16] dQ / scale
-  float* dkt;          // [d16, bc] dKᵀ / scale of the current key block
-  float* dvt;          // [dv16, bc] dVᵀ
-  float* s;            // [br, bc] scores, then P
+  bf16* dot;           // [G, dv16, cr] output gradients transposed (leading dim lq)
+  float* dq;           // [G, cr, d16] dQ / scale (leading dim lk)
+  float* dkt;          // [d16, bc] dKᵀ / scale of the current key block (leading dim lt)
+  float* dvt;          // [dv16, bc] dVᵀ (lt)
+  float* s;            // [br, bc] scores, then P (lt, as the next four)
   float* pd;           // [br, bc] P after dropout
   float* dp;           // [br, bc] dP, then dS
   float* aux;          // [br, bc] soft-cap derivatives
   uint32_t* pairs;     // [br / 2, bc] P' or dS in row pairs
   uint32_t* ds_pairs;  // [br / 2, bc] dS in row pairs beside P's (amx::backward_tile)
-  bf16* ds;            // [br, bc] dS rounded
+  bf16* ds;            // [br, bc] dS rounded (leading dim lb)
   int32_t* limits;     // [br] the rows' key limits of a structurally masked tile (row_limits)
   float* key_rows;     // [bc, max(D, Dv)] a key block's dK or dV rows before rounding (KeyRows::to)
   float* row_scale;    // [bc] the factor of each of those rows

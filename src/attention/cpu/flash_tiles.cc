@@ -418,8 +418,7 @@ Plan make_plan(const AttentionParams& p) {
   plan.bc_pad = round_up(std::min(plan.tile_keys, std::max<int64_t>(sh.len_kv, 1)),
                          plan.amx || plan.amx_decode ? 32 : plan.key_step);
   const AttentionOptions& o = p.options;
-  const bool banded = o.causal || o.window_left >= 0 || o.window_right >= 0;
-  plan.br = std::min(sh.len_q >= kLongRows && !banded ? kBlockRowsLong : kBlockRows, sh.len_q);
+  plan.br = std::min(sh.len_q >= kLongRows && !banded(o) ? kBlockRowsLong : kBlockRows, sh.len_q);
   // AMX: whole 16-row tiles; 128 rows without a band (each K and V tile serves twice the rows
   // of 64, and the lazy softmax reads the 128 KiB of scores once: N = 2048, D = 64 6.56 → 6.40
   // ms, medians of 7 alternating runs; N = 512 unchanged), 64 with one (its diagonal tiles waste
@@ -427,7 +426,10 @@ Plan make_plan(const AttentionParams& p) {
   // tiles a third of 48 rows miss: causal D = 64, N = 512, 1024, 2048 3% faster with 64, N = 1024,
   // D = 128 5%, N = 2048, D = 128 the same; 96 and 128 no faster).
   if (plan.amx)
-    plan.br = std::min<int64_t>(long_kv_amx(sh) ? 256 : banded ? 64 : 128, round_up(sh.len_q, 16));
+    plan.br = std::min<int64_t>(long_kv_amx(sh) ? 256
+                                : banded(o)     ? 64
+                                                : 128,
+                                round_up(sh.len_q, 16));
   else if (plan.bf16 && !plan.in_place_bf16 && sh.len_kv >= kLongKeys)
     plan.br = std::min(kLongKeyRowsNative, sh.len_q);  // vdpbf16ps or widened
   const auto D = static_cast<size_t>(sh.head_dim), G = static_cast<size_t>(plan.group);

@@ -269,6 +269,12 @@ void apply_element_masks(const AttentionParams& p, const TilePos& t, int64_t col
 void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int64_t ldq,
                 const TilePos& t, const float* kt, float* s, bool raw = false, bool masks = true);
 
+// Whether each row's keys are a band (causal or a window): diagonal tiles then waste part of a
+// tile's work, so items take fewer rows.
+inline bool banded(const AttentionOptions& o) {
+  return o.causal || o.window_left >= 0 || o.window_right >= 0;
+}
+
 // The rows' key limits of a tile, for a softmax that reads row r only before column
 // out[r] (native::softmax_rows's row_cols): when the tile is partial, its only masks are
 // structural and no row's first allowed key lies inside it (then every row allows columns
