@@ -34,7 +34,9 @@
 // back from L3); the tiles and sums are the same, and so are the bits.
 //
 // Memory traffic per item: Q once, K and V once per item (Br·group rows reuse each tile), O once.
-// With Br = 48 and D = 64 a key tile is reused 48·group times from L1/L2.
+// With Br = 48 and D = 64 a key tile is reused 48·group times from L1/L2. On AMX the tiles read
+// bf16 queries where they lie when their rows are whole tiles on cache lines (else packed: a tile
+// row across two lines costs two loads), and O is not zeroed: the first key block's P·V writes it.
 //
 // Threads take items dynamically; each item is computed by one thread in a fixed order, so the
 // output is bitwise the same for any thread count.
@@ -234,10 +236,17 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   const bool round_in_softmax = plan.bf16 && o.dropout_p == 0;
   // bf16 queries are read as pair words where they lie when each row is whole words (an even
   // head dim, rows an even number of elements apart, word-aligned; vdpbf16ps needs no padding),
-  // else packed per head.
-  const bool q_words = plan.bf16 && blocks && !plan.amx && D % 2 == 0 && p.q.row_stride % 2 == 0 &&
-                       reinterpret_cast<uintptr_t>(p.q.bf16) % alignof(uint32_t) == 0 &&
-                       p.q.head_stride % 2 == 0 && p.q.batch_stride % 2 == 0;
+  // else packed per head. AMX tiles read them in place only as whole tiles on cache lines
+  // (amx_queries_in_place), else packed. Together with the accumulators below, binaries
+  // alternated, medians of 5, ms: N = 512, 8 heads, D = 64 0.368 → 0.347, D = 128 0.586 → 0.546,
+  // causal D = 64 0.255 → 0.237; N = 2048, D = 64 5.21 → 4.96, D = 128 8.33 → 8.17; the queries'
+  // share at N = 512 2–4% (docs/notes/2026-12-06-amx-operands.md).
+  const bool q_words =
+      plan.bf16 && blocks &&
+      (plan.amx ? amx_queries_in_place(p, plan, b, g, i0, rows)
+                : D % 2 == 0 && p.q.row_stride % 2 == 0 &&
+                      reinterpret_cast<uintptr_t>(p.q.bf16) % alignof(uint32_t) == 0 &&
+                      p.q.head_stride % 2 == 0 && p.q.batch_stride % 2 == 0);
   auto q_rows = [&](int64_t hg) -> std::pair<const uint32_t*, int64_t> {
     if (q_words)
       return {reinterpret_cast<const uint32_t*>(p.q.bf16_at(b, g * G + hg, i0)),
@@ -247,7 +256,10 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   if (plan.bf16 && blocks && !q_words)
     for (int64_t hg = 0; hg < G; ++hg)
       pack_query_pairs(p, plan, b, g * G + hg, i0, rows, q_pairs + hg * plan.br * plan.pairs);
-  std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
+  // On AMX the accumulators are not zeroed: the first key block's P·V writes them
+  // (pv_tile_bf16's `fresh`), and an item that visits no block zeroes them at the end.
+  const bool o_lazy = plan.amx && blocks;
+  if (!o_lazy) std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
   const bool stats = wants_stats(p);
@@ -264,7 +276,9 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
     accumulate_in_place(p, plan, w, {b, g, i0, rows}, first, last, j_begin, j_end);
     return;
   }
-  for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end; j0 += kBlockKeys) {
+  bool fresh = o_lazy;  // o holds nothing yet (AMX): the next P·V writes it
+  for (int64_t j0 = j_begin / kBlockKeys * kBlockKeys; j0 < j_end;
+       j0 += kBlockKeys, fresh = false) {
     // Keys past the last row's range are not computed at all (the causal diagonal).
     const int64_t cols = std::min(kBlockKeys, j_end - j0);
     const float* kt = blocks + (j0 / kBlockKeys) * plan.block_floats;
@@ -308,7 +322,8 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         if (kernels::native::commit_tile_sums(sums, m_new, static_cast<size_t>(rows),
                                               w.m + hg * plan.br, w.l + hg * plan.br * plan.lanes,
                                               w.alpha)) {
-          pv_tile_bf16(plan, w, nullptr, rows, cols, kt, o_hg, w.alpha, first_row_columns(p, tile));
+          pv_tile_bf16(plan, w, nullptr, rows, cols, kt, o_hg, w.alpha, first_row_columns(p, tile),
+                       fresh);
           continue;
         }
       }
@@ -338,7 +353,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       if (o.dropout_p > 0) apply_dropout(p, tile, w.s, plan.bc_pad);
       if (plan.bf16)
         pv_tile_bf16(plan, w, round_in_softmax ? nullptr : w.s, rows, cols, kt, o_hg, w.alpha,
-                     first_row_columns(p, tile));
+                     first_row_columns(p, tile), fresh);
       else  // on a diagonal, each block of rows up to its last key (the weights past it are 0)
         for_diagonal_blocks(
             rows, cols, first_row_columns(p, tile), [&](int64_t r0, int64_t n, int64_t keys) {
@@ -347,6 +362,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
             });
     }
   }
+  if (fresh) std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);  // no key block visited
 }
 
 // The running sums l of rows [0, rows) of head hg into out: each row's lanes added in a fixed

@@ -493,6 +493,19 @@ const float* pack_keys(ThreadContext& ctx, const AttentionParams& p, const Plan&
   return packed;
 }
 
+bool amx_queries_in_place(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g,
+                          int64_t i0, int64_t rows) {
+  constexpr int64_t kLine = 64;
+  const Operand& q = p.q;
+  const auto line = static_cast<int64_t>(kLine / sizeof(bf16));
+  if (!plan.amx || p.shape.head_dim != 2 * plan.pairs || rows % 16 != 0 || q.row_stride % line != 0)
+    return false;
+  for (int64_t hg = 0; hg < plan.group; ++hg)
+    if (reinterpret_cast<uintptr_t>(q.bf16_at(b, g * plan.group + hg, i0)) % kLine != 0)
+      return false;
+  return true;
+}
+
 void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int64_t h, int64_t i0,
                       int64_t rows, uint32_t* dst) {
   const int64_t D = p.shape.head_dim, whole = D / 2;
@@ -505,7 +518,8 @@ void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int
 }
 
 void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t rows, int64_t cols,
-                  const float* v_block, float* o, const float* alpha, int64_t first) {
+                  const float* v_block, float* o, const float* alpha, int64_t first, bool fresh) {
+  check(!fresh || plan.amx, "pv_tile_bf16: only the AMX tiles write fresh accumulators");
   const auto bc = static_cast<size_t>(plan.bc_pad);
   const int64_t cols_pad = round_up(cols, plan.key_step);
   if (s)
@@ -517,11 +531,25 @@ void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t ro
     for (int64_t r = 0; r < rows; ++r)
       std::fill(w.pb + r * plan.ldpb + cols_pad, w.pb + r * plan.ldpb + cols32, bf16{});
     std::fill(w.pb + rows * plan.ldpb, w.pb + rows16 * plan.ldpb, bf16{});
-    kernels::amx::pv_tile(w.pb, static_cast<size_t>(plan.ldpb), static_cast<size_t>(rows16),
-                          static_cast<size_t>(cols32 / 2),
-                          reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
-                          static_cast<size_t>(plan.v_words), static_cast<size_t>(plan.dv_pad), o,
-                          static_cast<size_t>(plan.dv_pad), alpha);
+    const auto* v = reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad;
+    // Fresh accumulators are written, not loaded: o = P · V, the bits of 0 · α + P · V for a
+    // finite α. A row whose α is not finite (NaN: the row saw a NaN) takes the zeros and the
+    // scaling as before, so that its output is NaN.
+    if (fresh && alpha &&
+        !std::all_of(alpha, alpha + rows, [](float a) { return std::isfinite(a); })) {
+      std::fill(o, o + rows16 * plan.dv_pad, 0.0f);
+      fresh = false;
+    }
+    if (fresh)
+      kernels::amx::product(w.pb, static_cast<size_t>(plan.ldpb), static_cast<size_t>(rows16), v,
+                            static_cast<size_t>(plan.v_words), static_cast<size_t>(cols32 / 32),
+                            static_cast<size_t>(plan.dv_pad), o, static_cast<size_t>(plan.dv_pad),
+                            /*accumulate=*/false);
+    else
+      kernels::amx::pv_tile(w.pb, static_cast<size_t>(plan.ldpb), static_cast<size_t>(rows16),
+                            static_cast<size_t>(cols32 / 2), v, static_cast<size_t>(plan.v_words),
+                            static_cast<size_t>(plan.dv_pad), o, static_cast<size_t>(plan.dv_pad),
+                            alpha);
     return;
   }
   // On a diagonal, each block of rows only up to its last row's last key (the weights past it

@@ -341,6 +341,14 @@ void pack_pairs_transposed(const Operand& x, int64_t b, int64_t g, int64_t j0, i
 void pack_row_pairs(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t cols, int64_t width,
                     int64_t rows_pad, int64_t ld, uint32_t* dst);
 
+// AMX: whether the tiles may read the query rows [i0, i0 + rows) of every head of group g where
+// they lie, as pair words [rows, pairs] (leading dim row_stride / 2 words): rows as whole tiles
+// of 16 (no row past the item's is read), pairs with no padding (head dim a multiple of 32), and
+// every row on a cache line. A tile row that straddles two lines costs two loads: a stand-in of
+// 2 × 2 blocks read 16-byte-aligned operands 2.5× slower (docs/notes/2026-12-06-amx-operands.md).
+bool amx_queries_in_place(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g,
+                          int64_t i0, int64_t rows);
+
 // bf16: copies the query rows [i0, i0 + rows) of head h as pair words into dst [rows, pairs]
 // (unscaled; the bf16 product applies the scale to its fp32 sums).
 void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int64_t h, int64_t i0,
@@ -350,7 +358,9 @@ void pack_query_pairs(const AttentionParams& p, const Plan& plan, int64_t b, int
 // by the softmax) rounded to bf16 and multiplied into o [rows, dv_pad] with the packed values v of
 // the block: o = α ⊙ o + round(P) · V.
 // first: first_row_columns of the tile (rows past a row block's last needed column are skipped).
+// fresh (AMX only): o holds no running state yet (the item's first key block): o = round(P) · V,
+// written without loading o, the bits of 0 · α + P · V (o zeroed first if an α is not finite).
 void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t rows, int64_t cols,
-                  const float* v_block, float* o, const float* alpha, int64_t first);
+                  const float* v_block, float* o, const float* alpha, int64_t first, bool fresh);
 
 }  // namespace headlight::attention::cpu
