@@ -16,7 +16,8 @@
 // On AMX a tile without dropout, soft-cap or element masks takes S → P and dP → dS in one pass
 // per 2 × 2 block instead (amx::backward_tile, flash_backward_bf16_amx.cc: the same bits), the
 // tiles are 128 query rows (64 under a short band) and every leading dim is a cache line longer
-// than its data (make_bf16_plan).
+// than its data (make_bf16_plan); two such tiles in a row run their dVᵀ and dKᵀ products as one
+// (kPairedTiles).
 //
 // Items and determinism as in flash_backward.cc: (batch, kv head, chunk of query rows), the chunk
 // count from L_q alone; every item writes its chunk's slice of fp32 partial dK and dV, added in
@@ -60,6 +61,13 @@ constexpr int64_t kChunkRows = 1024;
 // query rows, where the diagonal tiles' waste weighs more: causal N = 512 1.38 → 1.44 (D = 128)
 // and 0.806 → 0.842 (D = 64) with 128.
 constexpr int64_t kTileRows = 64, kTileRowsAmx = 128, kWideTileMinRows = 1024;
+// On AMX, two adjacent whole tiles of one head that take the one-pass path with the same keys run
+// their dVᵀ and dKᵀ products as one (twice the row steps for each load and store of the
+// accumulators, which go through L2; the same additions in the same order, so the same bits). A
+// stand-in of dKᵀ's product: 24.2 → 19.4 TSC cycles a tile product. Binaries alternated, medians
+// of 7, ms: N = 2048, 8 heads, D = 64 12.42 → 12.24, D = 128 21.93 → 21.41; N = 8192, one head
+// 26.05 → 25.86; N = 512 within the noise (docs/notes/2026-12-06-amx-operands.md).
+constexpr int64_t kPairedTiles = 2;
 
 struct Bf16BackwardPlan {
   int64_t D, Dv, G;
@@ -117,8 +125,8 @@ struct Bf16Scratch {
   float* pd;           // [br, bc] P after dropout
   float* dp;           // [br, bc] dP, then dS
   float* aux;          // [br, bc] soft-cap derivatives
-  uint32_t* pairs;     // [br / 2, bc] P' or dS in row pairs
-  uint32_t* ds_pairs;  // [br / 2, bc] dS in row pairs beside P's (amx::backward_tile)
+  uint32_t* pairs;     // [kPairedTiles · br / 2, bc] P' or dS in row pairs (leading dim lt)
+  uint32_t* ds_pairs;  // [kPairedTiles · br / 2, bc] dS in row pairs beside P's (backward_tile)
   bf16* ds;            // [br, bc] dS rounded (leading dim lb)
   int32_t* limits;     // [br] the rows' key limits of a structurally masked tile (row_limits)
   float* key_rows;     // [bc, max(D, Dv)] a key block's dK or dV rows before rounding (KeyRows::to)
@@ -127,7 +135,7 @@ struct Bf16Scratch {
 
 size_t scratch_bytes(const Bf16BackwardPlan& a) {
   const int64_t G = a.G, cr = a.cr, bc = a.bc, br = a.br, lt = a.lt;
-  const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + 2 * (br / 2 * lt);
+  const int64_t words = G * cr * a.p16 + G * cr * a.pv16 + 2 * (kPairedTiles * br / 2 * lt);
   const int64_t halves = G * a.d16 * a.lq + G * a.dv16 * a.lq + br * a.lb;
   const int64_t floats =
       G * cr * a.lk + a.d16 * lt + a.dv16 * lt + 4 * br * lt + bc * std::max(a.D, a.Dv) + bc;
@@ -154,8 +162,8 @@ Bf16Scratch carve(void* base, const Bf16BackwardPlan& a) {
   w.pd = reinterpret_cast<float*>(take(4 * br * lt));
   w.dp = reinterpret_cast<float*>(take(4 * br * lt));
   w.aux = reinterpret_cast<float*>(take(4 * br * lt));
-  w.pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * lt));
-  w.ds_pairs = reinterpret_cast<uint32_t*>(take(4 * br / 2 * lt));
+  w.pairs = reinterpret_cast<uint32_t*>(take(4 * kPairedTiles * br / 2 * lt));
+  w.ds_pairs = reinterpret_cast<uint32_t*>(take(4 * kPairedTiles * br / 2 * lt));
   w.ds = reinterpret_cast<bf16*>(take(2 * br * a.lb));
   w.limits = reinterpret_cast<int32_t*>(take(4 * br));
   w.key_rows = reinterpret_cast<float*>(take(4 * bc * std::max(a.D, a.Dv)));
@@ -338,6 +346,25 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
     std::fill(w.dvt, w.dvt + a.dv16 * lt, 0.0f);
     for (int64_t hg = 0; hg < G; ++hg) {
       const int64_t h = it.g * G + hg;
+      // A one-pass tile whose dVᵀ and dKᵀ products wait for the next tile's (kPairedTiles): its
+      // row offset in the chunk and its padded keys; its pairs lie first in w.pairs/w.ds_pairs.
+      int64_t pending_at = -1, pending_cols = 0;
+      // dVᵀ += dOᵀ · P', dKᵀ += Qᵀ · dS over `r32` rows from row offset `from` (their pairs at the
+      // start of w.pairs and w.ds_pairs).
+      auto transposed_products = [&](int64_t from, int64_t r32, int64_t cols_pad) {
+        engine.accumulate(w.dot + hg * a.dv16 * lq + from, static_cast<size_t>(lq),
+                          static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(lt),
+                          static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
+                          static_cast<size_t>(lt));
+        engine.accumulate(w.qt + hg * a.d16 * lq + from, static_cast<size_t>(lq),
+                          static_cast<size_t>(a.d16), w.ds_pairs, static_cast<size_t>(lt),
+                          static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
+                          static_cast<size_t>(lt));
+      };
+      auto flush = [&] {
+        if (pending_at >= 0) transposed_products(pending_at, br, pending_cols);
+        pending_at = -1;
+      };
       for (int64_t i0 = it.row_begin; i0 < it.row_end; i0 += br) {
         const int64_t rows = std::min(br, it.row_end - i0), r16 = round_up(rows, 16);
         const int64_t r32 = round_up(rows, 32), at = i0 - it.row_begin;
@@ -389,7 +416,10 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
             !tile.partial && o.alibi_slopes == nullptr && o.mask.kind == MaskKind::none;
         if (engine.amx && o.softcap == 0 && o.dropout_p == 0 && (limits || no_masks)) {
           // On AMX, S → P and dP → dS in one pass whose blocks stay in L1 (the same bits as
-          // below): P's row pairs, dS's row pairs and rows; then dVᵀ += dOᵀ · P, dKᵀ += Qᵀ · dS.
+          // below): P's row pairs, dS's row pairs and rows; then dVᵀ += dOᵀ · P, dKᵀ += Qᵀ · dS,
+          // with the pending tile's rows when this tile follows it with the same keys.
+          if (pending_at >= 0 && (pending_at + br != at || pending_cols != cols_pad)) flush();
+          const int64_t shift = pending_at >= 0 ? br / 2 * lt : 0;  // after the pending pairs
           kernels::amx::backward_tile({.q = w.qp + (hg * cr + at) * a.p16,
                                        .dout = w.dop + (hg * cr + at) * a.pv16,
                                        .ldq = static_cast<size_t>(a.p16),
@@ -407,20 +437,21 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
                                        .scale = scale,
                                        .lse = lse,
                                        .dot = dot_rows,
-                                       .p_pairs = w.pairs,
-                                       .ds_pairs = w.ds_pairs,
+                                       .p_pairs = w.pairs + shift,
+                                       .ds_pairs = w.ds_pairs + shift,
                                        .ldw = static_cast<size_t>(lt),
                                        .ds = w.ds,
                                        .ldds = static_cast<size_t>(lb)});
-          engine.accumulate(w.dot + hg * a.dv16 * lq + at, static_cast<size_t>(lq),
-                            static_cast<size_t>(a.dv16), w.pairs, static_cast<size_t>(lt),
-                            static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dvt,
-                            static_cast<size_t>(lt));
-          engine.accumulate(w.qt + hg * a.d16 * lq + at, static_cast<size_t>(lq),
-                            static_cast<size_t>(a.d16), w.ds_pairs, static_cast<size_t>(lt),
-                            static_cast<size_t>(r32 / 32), static_cast<size_t>(cols_pad), w.dkt,
-                            static_cast<size_t>(lt));
+          if (pending_at >= 0) {
+            transposed_products(pending_at, br + r32, cols_pad);
+            pending_at = -1;
+          } else if (r32 == br && i0 + br < it.row_end) {
+            pending_at = at, pending_cols = cols_pad;
+          } else {
+            transposed_products(at, r32, cols_pad);
+          }
         } else {
+          flush();  // its products read w.pairs
           // S (scaled) and P.
           scores(w.qp + (hg * cr + at) * a.p16, a.p16, kt, a.p16, scale, w.s, kNegInf);
           if (o.softcap > 0) {
@@ -465,6 +496,7 @@ void run_item(const AttentionParams& p, const Bf16BackwardPlan& a, const Engine&
                               static_cast<size_t>(lk));
           });
       }
+      flush();
     }
     // dK = scale · dKᵀᵀ and dV = dVᵀᵀ, 16 rows of the transposes at a time (each row of dK and dV
     // written a cache line at a time); dV's words moved unchanged. bf16 rows go through key_rows
