@@ -157,7 +157,11 @@ void add_bench_amx(CLI::App& bench) {
         {"interleaved_l1_ns", "a row and an L1 step, interleaved", r.interleaved_l1_ns},
         {"step_l2_ns", "step: 4 products, 6 tile loads from L2", r.step_l2_ns},
         {"separate_l2_ns", "a row and an L2 step, as two loops", r.separate_l2_ns},
-        {"interleaved_l2_ns", "a row and an L2 step, interleaved", r.interleaved_l2_ns}};
+        {"interleaved_l2_ns", "a row and an L2 step, interleaved", r.interleaved_l2_ns},
+        {"fmas_ns", "72 FMAs (12 chains, registers only)", r.fmas_ns},
+        {"fmas_products_ns", "72 FMAs beside 4 products (operands in tiles)", r.fmas_products_ns},
+        {"fmas_loads_l1_ns", "72 FMAs beside 4 tile loads from L1", r.fmas_loads_l1_ns},
+        {"fmas_loads_l2_ns", "72 FMAs beside 4 tile loads from L2", r.fmas_loads_l2_ns}};
     if (args->json) {
       nlohmann::json j{{"available", r.available}, {"repeats", args->repeats}};
       for (const Row& row : rows) j[row.key] = row.ns;

@@ -12,6 +12,11 @@
 //                    written back, in L1) and for a step of products (4 products and 6 tile
 //                    loads, from L1 or L2), and both, as two loops and interleaved (a row, then
 //                    a step), per pair.
+//   FMAs beside      12 chains of 6 FMAs (72 vector FMAs, registers only) alone, then interleaved
+//                    with 4 products (operands already in tiles) or with 4 tile loads (L1, L2),
+//                    per group: the products run beside the FMAs, the tile loads do not (they
+//                    take the vector ports' time, so a phase's tile loads and its vector work add
+//                    up even when no product waits; docs/notes/2026-12-06-amx-tile-loads.md).
 
 #include <algorithm>
 #include <chrono>
@@ -176,6 +181,34 @@ HEADLIGHT_AMX_COSTS_TARGET float mixed(const Tiles& t, const Tiles& in, const Ti
   return sum;
 }
 
+// mode 0: 72 FMAs a group (12 independent chains of 6); 1: with 4 products a group (tiles 0-3 +=
+// 4-7, already loaded); 2: with 4 tile loads from t a group (into tiles 4-7).
+HEADLIGHT_AMX_COSTS_TARGET float fmas_beside(const Tiles& t, int count, int mode) {
+  __m512 v[12];
+  for (int i = 0; i < 12; ++i) v[i] = _mm512_set1_ps(1.0f + static_cast<float>(i) * 1e-7f);
+  const __m512 m = _mm512_set1_ps(0.9999999f), a = _mm512_set1_ps(1e-7f);
+  for (int g = 0; g < count; ++g) {
+    if (mode == 1) {
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      _tile_dpbf16ps(2, 5, 6);
+      _tile_dpbf16ps(3, 5, 7);
+    } else if (mode == 2) {
+      _tile_loadd(4, t.at(4 * static_cast<size_t>(g)), 64);
+      _tile_loadd(5, t.at(4 * static_cast<size_t>(g) + 1), 64);
+      _tile_loadd(6, t.at(4 * static_cast<size_t>(g) + 2), 64);
+      _tile_loadd(7, t.at(4 * static_cast<size_t>(g) + 3), 64);
+    }
+    for (int k = 0; k < 6; ++k)
+      for (auto& x : v) x = _mm512_fmadd_ps(x, m, a);
+  }
+  __m512 s = v[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, v[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  return lanes[0];
+}
+
 }  // namespace
 
 AmxCostReport measure_amx_costs(int repeats) {
@@ -208,6 +241,13 @@ AmxCostReport measure_amx_costs(int repeats) {
   r.step_l2_ns = mixed_ns(l2, 1);
   r.separate_l2_ns = mixed_ns(l2, 2);
   r.interleaved_l2_ns = mixed_ns(l2, 3);
+  auto fmas_ns = [&](const Tiles& t, int mode) {
+    return median_ns(repeats, kReps, [&] { sink = sink + fmas_beside(t, kReps, mode); });
+  };
+  r.fmas_ns = fmas_ns(l1, 0);
+  r.fmas_products_ns = fmas_ns(l1, 1);
+  r.fmas_loads_l1_ns = fmas_ns(l1, 2);
+  r.fmas_loads_l2_ns = fmas_ns(l2, 2);
   amx_release_tiles();
   return r;
 }

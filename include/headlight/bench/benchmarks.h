@@ -64,6 +64,9 @@ struct AmxCostReport {
   // or interleaved, per pair.
   double step_l1_ns = 0, separate_l1_ns = 0, interleaved_l1_ns = 0;
   double step_l2_ns = 0, separate_l2_ns = 0, interleaved_l2_ns = 0;
+  // 72 vector FMAs in 12 chains (registers only), alone and interleaved with 4 products (their
+  // operands already in tiles) or with 4 tile loads from L1 / L2, per group.
+  double fmas_ns = 0, fmas_products_ns = 0, fmas_loads_l1_ns = 0, fmas_loads_l2_ns = 0;
 };
 
 AmxCostReport measure_amx_costs(int repeats = 7);
