@@ -39,6 +39,15 @@ HEADLIGHT_BF16_TARGET inline __m512 DotBroadcast(__m512 acc, __m512bh x, const u
 
 constexpr float kLog2e = 1.44269504088896341f;
 
+// Two rows' 16 floats as pair words (bf16(a), bf16(b)), rounded by vcvtneps2bf16 (nearest even,
+// denormals to zero): the row pairs the products read as B operands (row_pairs,
+// amx::backward_tile).
+HEADLIGHT_BF16_TARGET inline __m512i PairWords(__m512 a, __m512 b) {
+  const __m256bh lo = _mm512_cvtneps_pbh(a), hi = _mm512_cvtneps_pbh(b);
+  return _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)lo),
+                         _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
+}
+
 // 2^t (t may be −inf, NaN propagates; t ≤ 0 against a row's true maximum, up to 16 against a lazy
 // one within kLazyBound, flash_bf16.h), in seven instructions: t = n + f with n = ⌊t⌋
 // and f = t − n ∈ [0, 1) (vreduceps, rounding down), 2^f from a degree-4 polynomial, and 2^n

@@ -38,12 +38,7 @@ namespace {
 
 using tiles::Block;
 
-// Two rows' 16 floats as the pair words (bf16(a), bf16(b)): native::row_pairs's words.
-HEADLIGHT_AMX_TARGET inline __m512i PairWords(__m512 a, __m512 b) {
-  const __m256bh lo = _mm512_cvtneps_pbh(a), hi = _mm512_cvtneps_pbh(b);
-  return _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)lo),
-                         _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
-}
+using native::PairWords;
 
 // The lanes of the 16 keys from x that lie below `limit`.
 inline __mmask16 Below(size_t x, size_t limit) {

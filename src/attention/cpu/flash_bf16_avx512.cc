@@ -181,14 +181,9 @@ HEADLIGHT_BF16_TARGET void row_pairs(const float* x, size_t ldx, size_t rows, si
     const float* x0 = 2 * i < rows ? x + 2 * i * ldx : nullptr;
     const float* x1 = 2 * i + 1 < rows ? x + (2 * i + 1) * ldx : nullptr;
     uint32_t* out = dst + i * ld;
-    for (size_t c = 0; c < cols; c += 16) {
-      const __m256bh lo = _mm512_cvtneps_pbh(x0 ? _mm512_loadu_ps(x0 + c) : zero);
-      const __m256bh hi = _mm512_cvtneps_pbh(x1 ? _mm512_loadu_ps(x1 + c) : zero);
-      const __m512i words =
-          _mm512_or_si512(_mm512_cvtepu16_epi32((__m256i)lo),
-                          _mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)hi), 16));
-      _mm512_storeu_si512(out + c, words);
-    }
+    for (size_t c = 0; c < cols; c += 16)
+      _mm512_storeu_si512(out + c, PairWords(x0 ? _mm512_loadu_ps(x0 + c) : zero,
+                                             x1 ? _mm512_loadu_ps(x1 + c) : zero));
   }
 }
 
