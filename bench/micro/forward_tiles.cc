@@ -33,6 +33,9 @@ using headlight::bf16;
 namespace kernels = headlight::attention::cpu::kernels;
 
 constexpr size_t kRows = 128, kKeys = 256, kBlocks = 8;
+// Kᵀ's, P's and V's rows a cache line longer than their data, as make_plan lays them out on AMX
+// (plan.kt_words, ldpb, v_words).
+constexpr size_t kKtWords = kKeys + 16, kLdp = kKeys + 32, kVPad = 16;
 
 // A 64-byte aligned buffer of n elements.
 template <typename T>
@@ -52,44 +55,44 @@ struct Item {
       : d(d),
         pairs(d / 2),
         q(kRows * pairs),
-        kt(kBlocks * pairs * kKeys),
-        v(kBlocks * kKeys / 2 * d),
+        kt(kBlocks * pairs * kKtWords),
+        v(kBlocks * kKeys / 2 * (d + kVPad)),
         s(kRows * kKeys),
-        pb(kRows * kKeys),
+        pb(kRows * kLdp),
         o(kRows * d),
         m(2 * kRows),  // the maxima, then qk_exp_tile's new ones
         l(kRows * 16),
         alpha(kRows) {
     for (size_t i = 0; i < kRows * pairs; ++i)
       q.data[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x7f007fu);
-    for (size_t i = 0; i < kBlocks * pairs * kKeys; ++i)
+    for (size_t i = 0; i < kBlocks * pairs * kKtWords; ++i)
       kt.data[i] = 0x3c003c00u ^ ((i * 40503u) & 0x7f007fu);
-    for (size_t i = 0; i < kBlocks * kKeys / 2 * d; ++i)
+    for (size_t i = 0; i < kBlocks * kKeys / 2 * (d + kVPad); ++i)
       v.data[i] = 0x3f003f00u ^ ((i * 40503u) & 0x7f007fu);
     std::fill(o.data, o.data + kRows * d, 0.0f);
     std::fill(m.data, m.data + kRows, 0.0f);  // every row has its reference maximum
     std::fill(l.data, l.data + kRows * 16, 0.0f);
     std::fill(alpha.data, alpha.data + kRows, 1.0f);
   }
-  const uint32_t* k_block(size_t b) const { return kt.data + b * pairs * kKeys; }
-  const uint32_t* v_block(size_t b) const { return v.data + b * kKeys / 2 * d; }
+  const uint32_t* k_block(size_t b) const { return kt.data + b * pairs * kKtWords; }
+  const uint32_t* v_block(size_t b) const { return v.data + b * kKeys / 2 * (d + kVPad); }
   void qk(size_t b) {
-    kernels::amx::qk_tile(q.data, pairs, kRows, k_block(b), kKeys, pairs, kKeys, 1.0f, s.data,
+    kernels::amx::qk_tile(q.data, pairs, kRows, k_block(b), kKtWords, pairs, kKeys, 1.0f, s.data,
                           kKeys);
   }
   void softmax() {
     kernels::native::softmax_rows(s.data, kRows, kKeys, kKeys, m.data, l.data, alpha.data, 0.125f,
-                                  pb.data, kKeys);
+                                  pb.data, kLdp);
   }
   void qk_exp(size_t b) {
-    kernels::amx::qk_exp_tile(q.data, pairs, kRows, k_block(b), kKeys, pairs, kKeys, 0.125f, m.data,
-                              m.data + kRows, pb.data, kKeys, s.data);
+    kernels::amx::qk_exp_tile(q.data, pairs, kRows, k_block(b), kKtWords, pairs, kKeys, 0.125f,
+                              m.data, m.data + kRows, pb.data, kLdp, s.data);
     if (!kernels::native::commit_tile_sums(s.data, m.data + kRows, kRows, m.data, l.data,
                                            alpha.data))
       std::abort();
   }
   void pv(size_t b) {
-    kernels::amx::pv_tile(pb.data, kKeys, kRows, kKeys / 2, v_block(b), d, d, o.data, d,
+    kernels::amx::pv_tile(pb.data, kLdp, kRows, kKeys / 2, v_block(b), d + kVPad, d, o.data, d,
                           alpha.data);
   }
   size_t d, pairs;

@@ -314,11 +314,11 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
         // unused.
         float* sums = w.s;
         float* m_new = w.s + round_up(rows, 16) * 16;
-        kernels::amx::qk_exp_tile(q_hg, static_cast<size_t>(ldq), static_cast<size_t>(rows),
-                                  reinterpret_cast<const uint32_t*>(kt),
-                                  static_cast<size_t>(plan.bc_pad), static_cast<size_t>(plan.pairs),
-                                  static_cast<size_t>(cols), effective_scale(p), w.m + hg * plan.br,
-                                  m_new, w.pb, static_cast<size_t>(plan.ldpb), sums);
+        kernels::amx::qk_exp_tile(
+            q_hg, static_cast<size_t>(ldq), static_cast<size_t>(rows),
+            reinterpret_cast<const uint32_t*>(kt), static_cast<size_t>(plan.kt_words),
+            static_cast<size_t>(plan.pairs), static_cast<size_t>(cols), effective_scale(p),
+            w.m + hg * plan.br, m_new, w.pb, static_cast<size_t>(plan.ldpb), sums);
         if (kernels::native::commit_tile_sums(sums, m_new, static_cast<size_t>(rows),
                                               w.m + hg * plan.br, w.l + hg * plan.br * plan.lanes,
                                               w.alpha)) {

@@ -117,7 +117,7 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
   if (plan.amx) {  // q: pair words (pack_query_pairs), whole tiles of 16 rows
     kernels::amx::qk_tile(reinterpret_cast<const uint32_t*>(q), static_cast<size_t>(ldq),
                           static_cast<size_t>(round_up(t.rows, 16)),
-                          reinterpret_cast<const uint32_t*>(kt), static_cast<size_t>(plan.bc_pad),
+                          reinterpret_cast<const uint32_t*>(kt), static_cast<size_t>(plan.kt_words),
                           static_cast<size_t>(plan.pairs), static_cast<size_t>(cols_pad),
                           raw ? 1.0f : effective_scale(p), s, static_cast<size_t>(plan.bc_pad));
   } else if (plan.bf16) {  // q: pair words (pack_query_pairs), ldq in words
@@ -129,7 +129,7 @@ void score_tile(const AttentionParams& p, const Plan& plan, const float* q, int6
           kernels::qk_tile_bf16(
               reinterpret_cast<const uint32_t*>(q) + r0 * ldq, static_cast<size_t>(ldq),
               static_cast<size_t>(n), reinterpret_cast<const uint32_t*>(kt),
-              static_cast<size_t>(plan.bc_pad), static_cast<size_t>(plan.pairs),
+              static_cast<size_t>(plan.kt_words), static_cast<size_t>(plan.pairs),
               static_cast<size_t>(std::min(cols_pad, round_up(keys, 16))), effective_scale(p),
               s + r0 * plan.bc_pad, static_cast<size_t>(plan.bc_pad));
         });
@@ -334,12 +334,12 @@ void pack_row_pairs(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t 
 
 namespace {
 
-// bf16: Kᵀ as pair words [pairs, bc_pad] and V as pair words [bc_pad / 2, dv_pad], zero-padded.
+// bf16: Kᵀ as pair words [pairs, kt_words] and V as pair words [bc_pad / 2, v_words], zero-padded.
 void pack_block_bf16(const AttentionParams& p, const Plan& plan, int64_t b, int64_t g, int64_t j0,
                      int64_t cols, uint32_t* dst) {
-  pack_pairs_transposed(p.k, b, g, j0, cols, p.shape.head_dim, plan.pairs, plan.bc_pad, dst);
+  pack_pairs_transposed(p.k, b, g, j0, cols, p.shape.head_dim, plan.pairs, plan.kt_words, dst);
   pack_row_pairs(p.v, b, g, j0, cols, p.shape.value_dim, plan.bc_pad, plan.v_words,
-                 dst + plan.pairs * plan.bc_pad);
+                 dst + plan.pairs * plan.kt_words);
 }
 
 }  // namespace
@@ -448,11 +448,17 @@ Plan make_plan(const AttentionParams& p) {
     // A, B and C tiles crowd each other out (P·V alone 15% faster at D = 128). Binaries
     // alternated, medians of 5, ms: N = 2048, 8 heads, D = 128 8.81 → 8.53, causal 5.34 → 5.24,
     // D = 64 5.68 → 5.56; N = 8192, one head, D = 128 17.2 → 16.8; N = 512, D = 64 0.407 →
-    // 0.397 (docs/notes/2026-12-06-padded-tiles.md; K's rows padded as well: within the noise).
+    // 0.397 (docs/notes/2026-12-06-padded-tiles.md). Kᵀ's rows too (1 KiB apart for 256 keys: a B
+    // tile's 16 rows in 4 sets, a 32-key block of D = 128 not fitting L1): the scores and
+    // exponentials alone (a qk_exp_tile stand-in) 5.0 → 4.6 ns a 16 scores at D = 128; the forward,
+    // medians of 8 alternating runs of 11, N = 2048, 8 heads, D = 128 9.19 → 8.87 ms, N = 8192, one
+    // head 18.5 → 17.7, D = 64 5.86 → 5.72 (docs/notes/2026-12-06-padded-keys.md).
     plan.v_words = plan.dv_pad + (plan.amx ? 16 : 0);
+    plan.kt_words = plan.bc_pad + (plan.amx ? 16 : 0);
     plan.q_floats = round_up(static_cast<int64_t>(G * br * std::max<size_t>(pairs, 1)), 16);
-    plan.block_floats =
-        round_up(static_cast<int64_t>(pairs * bc + bc / 2 * static_cast<size_t>(plan.v_words)), 16);
+    plan.block_floats = round_up(static_cast<int64_t>(pairs * static_cast<size_t>(plan.kt_words) +
+                                                      bc / 2 * static_cast<size_t>(plan.v_words)),
+                                 16);
     plan.ldpb = plan.bc_pad + (plan.amx ? 32 : 0);
     plan.pb_floats = static_cast<size_t>(round_up(static_cast<int64_t>(br * plan.ldpb / 2), 16));
   }
@@ -531,7 +537,7 @@ void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t ro
     for (int64_t r = 0; r < rows; ++r)
       std::fill(w.pb + r * plan.ldpb + cols_pad, w.pb + r * plan.ldpb + cols32, bf16{});
     std::fill(w.pb + rows * plan.ldpb, w.pb + rows16 * plan.ldpb, bf16{});
-    const auto* v = reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad;
+    const auto* v = reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.kt_words;
     // Fresh accumulators are written, not loaded: o = P · V, the bits of 0 · α + P · V for a
     // finite α. A row whose α is not finite (NaN: the row saw a NaN) takes the zeros and the
     // scaling as before, so that its output is NaN.
@@ -559,7 +565,7 @@ void pv_tile_bf16(const Plan& plan, const Scratch& w, const float* s, int64_t ro
     kernels::pv_tile_bf16(reinterpret_cast<const uint32_t*>(w.pb + r0 * plan.ldpb),
                           static_cast<size_t>(plan.ldpb / 2), static_cast<size_t>(n),
                           static_cast<size_t>((keys + 1) / 2),
-                          reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.bc_pad,
+                          reinterpret_cast<const uint32_t*>(v_block) + plan.pairs * plan.kt_words,
                           static_cast<size_t>(plan.v_words), ldo, o + r0 * plan.dv_pad, ldo,
                           alpha ? alpha + r0 : nullptr);
   });

@@ -108,7 +108,7 @@ struct KeyRange {
 
 // Sizes of one call's tiles, and the per-thread scratch carved from them (in floats).
 //
-// bf16 inputs (plan.bf16): a block holds Kᵀ as pair words [pairs, bc_pad] then V as pair words
+// bf16 inputs (plan.bf16): a block holds Kᵀ as pair words [pairs, kt_words] then V as pair words
 // [bc_pad / 2, v_words] (flash_bf16.h; a word is one float's size, so the counts below stay in
 // floats), V is always packed, the queries are packed as pair words [group, br, pairs], and the
 // probabilities of a tile are rounded into pb [br, ldpb] bf16 for P·V.
@@ -138,9 +138,9 @@ struct Plan {
   // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
   bool native_softmax = false;
   int64_t pairs = 0;  // bf16: head-dim pairs, ⌈D / 2⌉ (AMX: padded to a multiple of 16)
-  // bf16 packed blocks (not decode in place): the packed V's leading dim in words and pb's in
-  // bf16 elements: dv_pad and bc_pad, a cache line more on AMX (make_plan).
-  int64_t v_words = 0, ldpb = 0;
+  // bf16 packed blocks (not decode in place): the packed Kᵀ's and V's leading dims in words and
+  // pb's in bf16 elements: bc_pad, dv_pad and bc_pad, a cache line more on AMX (make_plan).
+  int64_t kt_words = 0, v_words = 0, ldpb = 0;
   int64_t kv_blocks;  // key blocks per (batch, kv head)
   // Keys per tile: a key block, or up to kDecodeTileKeys for decode on vdpbf16ps (native_decode).
   int64_t tile_keys = kBlockKeys;
