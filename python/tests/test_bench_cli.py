@@ -71,3 +71,30 @@ def test_amx_costs_refuse_a_bad_repeat_count_by_name():
                        text=True, timeout=60)
     assert r.returncode != 0
     assert "--repeats" in r.stderr
+
+
+def test_matmul_compare_times_both_libraries_against_the_peak():
+    """bench/matmul_compare.py: one row per library per shape, its FLOP/s from 2·M·N·K over the
+    median time, its fraction over the peak printed above the table."""
+    import sys
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "matmul_compare.py"), "--shapes",
+                        "64x48x32,96x64x128", "--rounds", "1", "--runs", "2"], capture_output=True,
+                       text=True, timeout=300, check=True)
+    peak = float(r.stdout.split("peak measured in this run: ")[1].split(" GFLOP/s")[0])
+    rows = [line.split("|")[1:-1] for line in r.stdout.splitlines() if line[:3].strip("| ").isdigit()]
+    assert [(row[0].strip(), row[1].strip()) for row in rows] == [
+        ("64×48×32", "headlight (oneDNN)"), ("64×48×32", "PyTorch matmul"),
+        ("96×64×128", "headlight (oneDNN)"), ("96×64×128", "PyTorch matmul")]
+    for row in rows:
+        m, n, k = (int(x) for x in row[0].strip().split("×"))
+        ms, gflops, fraction = (float(x) for x in row[2:5])
+        assert gflops == pytest.approx(2 * m * n * k / (ms * 1e-3) * 1e-9, rel=0.01)
+        assert fraction == pytest.approx(gflops / peak, rel=0.02, abs=0.002)
+
+
+def test_matmul_compare_refuses_a_bad_shape_by_name():
+    import sys
+    r = subprocess.run([sys.executable, str(ROOT / "bench" / "matmul_compare.py"), "--shapes",
+                        "64x0x32"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--shapes" in r.stderr and "64x0x32" in r.stderr
