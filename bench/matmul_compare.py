@@ -16,18 +16,13 @@ and the table gives the median over rounds of each round's median.
 """
 
 import argparse
-import json
 import re
 import statistics
-import subprocess
 import sys
-import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-CLI = ROOT / "build" / "release" / "apps" / "cli" / "headlight"
+from compare import CLI, cli_json, median_seconds  # bench/compare.py, beside this file
 
 DEFAULT_SHAPES = "2048x2048x2048,1024x1024x1024,512x2304x768,2048x2048x64,2048x64x2048,2048x2048x128,2048x128x2048"
 
@@ -42,24 +37,11 @@ def parse_shapes(text):
     return shapes
 
 
-def cli_json(*args):
-    out = subprocess.run([str(CLI), *map(str, args), "--json"], check=True, capture_output=True,
-                         text=True)
-    return json.loads(out.stdout)
-
-
 def torch_seconds(m, n, k, dtype, runs):
     g = torch.Generator().manual_seed(0)
     a = (torch.rand(m, k, generator=g) * 2 - 1).to(dtype)
     b = (torch.rand(k, n, generator=g) * 2 - 1).to(dtype)
-    for _ in range(2):  # warm-up (and oneDNN's kernel generation)
-        a @ b
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return median_seconds(lambda: a @ b, runs, warmup=2)  # warm-up: oneDNN's kernel generation
 
 
 def main():
