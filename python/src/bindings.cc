@@ -157,6 +157,7 @@ py::object sdpa_call(const py::object& query, const py::object& key, const py::o
                      const py::object& attn_mask, float dropout_p, bool is_causal,
                      std::optional<double> scale, bool enable_gqa, uint64_t seed,
                      const std::string& kernel, bool return_lse, bool return_probs, int threads) {
+  check_bfloat16_not_mixed({query, key, value}, {"query", "key", "value"});
   py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
   py::array v = as_attention_input(value, "value"), mask_keep;
   SdpaOptions o =
@@ -202,6 +203,7 @@ void bind_sdpa(py::module_& m) {
          const py::object& grad_output, const py::object& attn_mask, bool is_causal,
          std::optional<double> scale, bool enable_gqa, const std::string& kernel, float dropout_p,
          uint64_t seed, const py::object& output, const py::object& lse, int threads) {
+        check_bfloat16_not_mixed({query, key, value}, {"query", "key", "value"});
         py::array q = as_attention_input(query, "query"), k = as_attention_input(key, "key");
         py::array v = as_attention_input(value, "value");
         py::array go = as_attention_input(grad_output, "grad_output");

@@ -40,6 +40,18 @@ py::array as_attention_input(const py::handle& obj, const char* what) {
   return is_bfloat16(array) ? array : as_float32(array, what);
 }
 
+void check_bfloat16_not_mixed(const std::vector<py::handle>& objs,
+                              const std::vector<const char*>& names) {
+  std::vector<py::array> arrays;
+  for (size_t i = 0; i < objs.size(); ++i) arrays.push_back(ensure_array(objs[i], names[i]));
+  const bool first = is_bfloat16(arrays[0]);
+  for (size_t i = 1; i < arrays.size(); ++i)
+    if (is_bfloat16(arrays[i]) != first)
+      throw Error(std::string(names[i]) + ": dtype " + std::string(py::str(arrays[i].dtype())) +
+                  " differs from " + names[0] + "'s " + std::string(py::str(arrays[0].dtype())) +
+                  " (bfloat16 inputs must all be bfloat16)");
+}
+
 py::array as_mask(const py::handle& obj, const char* what) {
   py::array array = ensure_array(obj, what);
   if (array.dtype().kind() == 'b') return array;

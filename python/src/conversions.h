@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 
 #include <string>
+#include <vector>
 
 #include "headlight/attention/head_gates.h"
 #include "headlight/core/tensor.h"
@@ -21,6 +22,11 @@ py::array as_float32(const py::handle& obj, const char* what);
 bool is_bfloat16(const py::array& array);
 // An attention input: a bfloat16 array as it is, anything else as as_float32.
 py::array as_attention_input(const py::handle& obj, const char* what);
+// Refuses bfloat16 mixed with another dtype among attention inputs (objs[i] named names[i]), naming
+// the first array whose dtype differs from objs[0]'s and both dtypes as the caller gave them: after
+// as_attention_input a float16 or float64 array would read as float32.
+void check_bfloat16_not_mixed(const std::vector<py::handle>& objs,
+                              const std::vector<const char*>& names);
 // A mask array: bool arrays stay bool, anything else becomes float32.
 py::array as_mask(const py::handle& obj, const char* what);
 

@@ -131,6 +131,11 @@ def test_mixed_dtypes_are_refused_by_name():
         headlight.scaled_dot_product_attention(q, k.astype(np.float32), v)
     with pytest.raises(ValueError, match="grad_output: dtype must be the query's bfloat16"):
         headlight.scaled_dot_product_attention_backward(q, k, v, v.astype(np.float32))
+    # named by the dtypes the caller gave, not the float32 a float16 or float64 array becomes
+    with pytest.raises(ValueError, match="key: dtype bfloat16 differs from query's float16"):
+        headlight.scaled_dot_product_attention(q.astype(np.float16), k, v)
+    with pytest.raises(ValueError, match="value: dtype float64 differs from query's bfloat16"):
+        headlight.scaled_dot_product_attention_backward(q, k, v.astype(np.float64), v)
 
 
 GRAD_CASES = list(itertools.product([(1, 64), (37, 200), (128, 128)], [16, 33, 64],
