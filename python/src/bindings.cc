@@ -102,7 +102,9 @@ py::tuple mha_forward(PyMultiheadAttention& self, const py::object& query, const
                       bool need_weights, const py::object& attn_mask, bool average_attn_weights,
                       bool is_causal) {
   // bfloat16 inputs are widened exactly and computed in fp32 (the parameters are fp32); the
-  // output and the weights come back rounded to bfloat16.
+  // output and the weights come back rounded to bfloat16. Not mixed with other dtypes, as in
+  // PyTorch, whose projections refuse a mix.
+  check_bfloat16_not_mixed({query, key, value}, {"query", "key", "value"});
   const py::array query_array = py::array::ensure(query);
   self.bf16_io = query_array && is_bfloat16(query_array);
   py::array q = as_float32(query, "query"), k = as_float32(key, "key");

@@ -206,3 +206,7 @@ def test_multihead_attention_takes_and_returns_bfloat16():
     g16 = mha.backward(np.ones_like(out32).astype(BF16))
     for a, b in zip(g16, g32):
         assert a.dtype == BF16 and np.array_equal(a.view(np.uint16), b.astype(BF16).view(np.uint16))
+    with pytest.raises(ValueError, match="key: dtype float32 differs from query's bfloat16"):
+        mha(x, x.astype(np.float32), x)
+    with pytest.raises(ValueError, match="value: dtype bfloat16 differs from query's float16"):
+        mha(x.astype(np.float16), x.astype(np.float16), x)
