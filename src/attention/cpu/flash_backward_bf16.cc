@@ -205,9 +205,7 @@ void pack_item_rows(const Operand& x, int64_t b, int64_t h, int64_t r0, int64_t 
     for (int64_t k = 0; k < whole; ++k) {
       const uint16_t* lo = &row_of(c + 2 * k)->bits;
       const uint16_t* hi = &row_of(c + 2 * k + 1)->bits;
-      uint32_t* w = words.data() + k * width;
-      for (int64_t e = 0; e < width; ++e)
-        w[e] = static_cast<uint32_t>(lo[e]) | static_cast<uint32_t>(hi[e]) << 16;
+      kernels::pair_rows(lo, hi, static_cast<size_t>(width), words.data() + k * width);
     }
     if (whole > 0)
       kernels::transpose_words(words.data(), static_cast<size_t>(width), static_cast<size_t>(whole),

@@ -666,6 +666,24 @@ void TransposeWords(const uint32_t* src, size_t ld_src, size_t rows, size_t widt
   TransposeRowsT(src, ld_src, rows, width, 1.0f, dst, ld_dst);
 }
 
+// dst[e] = lo[e] | hi[e] << 16 for e < width: two rows of bf16 bits as pair words (the
+// reduction's pairs for the tile products, flash_bf16.h). A vector of each row's halfwords is
+// widened (vpmovzxwd on AVX-512: 16 words a store of 64 bytes; the loop as written compiled to
+// SSE2 shuffles, 8 words and two 16-byte stores a step), the second shifted up and or-ed in. The
+// same bits.
+void PairRows(const uint16_t* lo, const uint16_t* hi, size_t width, uint32_t* dst) {
+  const hn::ScalableTag<uint32_t> d32;
+  const hn::Rebind<uint16_t, decltype(d32)> d16;
+  const size_t L = hn::Lanes(d32);
+  size_t e = 0;
+  for (; e + L <= width; e += L) {
+    const auto a = hn::PromoteTo(d32, hn::LoadU(d16, lo + e));
+    const auto b = hn::PromoteTo(d32, hn::LoadU(d16, hi + e));
+    hn::StoreU(hn::Or(a, hn::ShiftLeft<16>(b)), d32, dst + e);
+  }
+  for (; e < width; ++e) dst[e] = static_cast<uint32_t>(lo[e]) | static_cast<uint32_t>(hi[e]) << 16;
+}
+
 size_t FloatLanes() {
   return hn::Lanes(DF());
 }

@@ -37,6 +37,7 @@ HWY_EXPORT(FinishRows);
 HWY_EXPORT(SoftcapGradTile);
 HWY_EXPORT(TransposeRows);
 HWY_EXPORT(TransposeWords);
+HWY_EXPORT(PairRows);
 HWY_EXPORT(QkTileBf16);
 HWY_EXPORT(PvTileBf16);
 HWY_EXPORT(RoundTileBf16);
@@ -137,6 +138,10 @@ void transpose_words(const uint32_t* src, size_t ld_src, size_t rows, size_t wid
 void transpose_rows(const float* src, size_t ld_src, size_t rows, size_t width, float scale,
                     float* dst, size_t ld_dst) {
   HWY_DYNAMIC_DISPATCH(TransposeRows)(src, ld_src, rows, width, scale, dst, ld_dst);
+}
+
+void pair_rows(const uint16_t* lo, const uint16_t* hi, size_t width, uint32_t* dst) {
+  HWY_DYNAMIC_DISPATCH(PairRows)(lo, hi, width, dst);
 }
 
 bool bf16_native() {

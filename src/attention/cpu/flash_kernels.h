@@ -96,6 +96,8 @@ void transpose_rows(const float* src, size_t ld_src, size_t rows, size_t width, 
 // transpose_rows for 32-bit words (bf16 pairs), moved unchanged.
 void transpose_words(const uint32_t* src, size_t ld_src, size_t rows, size_t width, uint32_t* dst,
                      size_t ld_dst);
+// dst[e] = lo[e] | hi[e] << 16, e < width: two rows of bf16 bits as pair words.
+void pair_rows(const uint16_t* lo, const uint16_t* hi, size_t width, uint32_t* dst);
 // Float lanes of the dispatched target; tiles are padded to multiples of it.
 size_t float_lanes();
 // The dispatched target's name ("AVX3", "AVX2", …).

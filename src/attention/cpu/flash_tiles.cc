@@ -322,8 +322,7 @@ void pack_row_pairs(const Operand& x, int64_t b, int64_t g, int64_t j0, int64_t 
     if (c + 1 < cols) {  // branch-free for whole pairs
       const uint16_t* x0 = &x.bf16_at(b, g, j0 + c)->bits;
       const uint16_t* x1 = &x.bf16_at(b, g, j0 + c + 1)->bits;
-      for (int64_t e = 0; e < width; ++e)
-        row[e] = static_cast<uint32_t>(x0[e]) | static_cast<uint32_t>(x1[e]) << 16;
+      kernels::pair_rows(x0, x1, static_cast<size_t>(width), row);
     } else {
       const bf16* x0 = c < cols ? x.bf16_at(b, g, j0 + c) : nullptr;
       for (int64_t e = 0; e < width; ++e) row[e] = pair_word(x0 ? x0[e] : zero, zero);
