@@ -31,6 +31,9 @@ int main(int argc, char** argv) {
   } catch (const headlight::Error& e) {
     std::fprintf(stderr, "headlight: error: %s\n", e.what());
     return 2;
+  } catch (const std::bad_alloc& e) {  // headlight::OutOfMemory names what was being allocated
+    std::fprintf(stderr, "headlight: error: out of memory: %s\n", e.what());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "headlight: internal error: %s\n", e.what());
     return 3;

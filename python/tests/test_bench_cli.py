@@ -66,6 +66,15 @@ def test_amx_costs_are_measured_where_the_cpu_has_amx():
     assert "tile store into L2" in text
 
 
+def test_inputs_larger_than_any_memory_are_refused_naming_the_tensor():
+    # 2^40 rows: 1,024 TiB of queries, past any machine's address space.
+    r = subprocess.run([str(CLI), "bench", "attention", "--seq", str(1 << 40), "--dtype", "bf16",
+                        "--runs", "1"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip() == ("headlight: error: out of memory: Tensor [1, 8, 1099511627776, 64] "
+                                "bfloat16: cannot allocate 1024.0 TiB"), r.stderr
+
+
 def test_amx_costs_refuse_a_bad_repeat_count_by_name():
     r = subprocess.run([str(CLI), "bench", "amx", "--repeats", "0"], capture_output=True,
                        text=True, timeout=60)

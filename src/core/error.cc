@@ -11,4 +11,13 @@ std::string shape_string(std::span<const int64_t> shape) {
   return out + "]";
 }
 
+void fail_allocation(const std::string& what, size_t bytes) {
+  const double b = static_cast<double>(bytes);
+  const std::string size = b >= 0x1p40   ? fmt::format("{:.1f} TiB", b / 0x1p40)
+                           : b >= 0x1p30 ? fmt::format("{:.1f} GiB", b / 0x1p30)
+                           : b >= 0x1p20 ? fmt::format("{:.1f} MiB", b / 0x1p20)
+                                         : fmt::format("{:.1f} KiB", b / 0x1p10);
+  throw OutOfMemory(fmt::format("{}: cannot allocate {}", what, size));
+}
+
 }  // namespace headlight

@@ -151,7 +151,8 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   bytes = (bytes + 63) / 64 * 64;
   if (bytes == 0) bytes = 64;
   void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
+  if (!p)
+    fail_allocation(fmt::format("Tensor {} {}", shape_string(shape_), dtype_name(dtype_)), bytes);
   data_.reset(static_cast<std::byte*>(p));
 }
 

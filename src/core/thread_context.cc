@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <new>
 
+#include "headlight/core/error.h"
+
 namespace headlight {
 
 ScratchArena::~ScratchArena() {
@@ -19,7 +21,7 @@ float* ScratchArena::floats(size_t count) {
     data_ = std::aligned_alloc(64, bytes);
     if (!data_) {
       bytes_ = 0;
-      throw std::bad_alloc();
+      fail_allocation("scratch arena", bytes);
     }
     bytes_ = bytes;
   }

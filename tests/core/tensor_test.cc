@@ -34,6 +34,18 @@ TEST(Tensor, OverflowingShapeThrowsNamingTheArgument) {
   EXPECT_THROW(checked_numel({-1, 3}, "key"), Error);
 }
 
+// An allocation no machine can give (4 PiB, past x86-64's 128 TiB of user address space) names
+// the tensor and its size, and is still a std::bad_alloc for callers that handle those.
+TEST(Tensor, AFailedAllocationNamesTheTensor) {
+  try {
+    Tensor t(DType::f32, {int64_t{1} << 50});
+    FAIL() << "expected OutOfMemory";
+  } catch (const OutOfMemory& e) {
+    EXPECT_STREQ(e.what(), "Tensor [1125899906842624] float32: cannot allocate 4096.0 TiB");
+  }
+  EXPECT_THROW(Tensor(DType::bf16, {int64_t{1} << 24, int64_t{1} << 26}), std::bad_alloc);
+}
+
 TEST(TensorView, BroadcastGivesZeroStrides) {
   Tensor t = Tensor::zeros({3, 1});
   TensorView v = t.view().broadcast_to({2, 3, 4}, "mask");

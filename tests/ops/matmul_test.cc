@@ -184,9 +184,11 @@ TEST(Matmul, MultiplyingEpilogueIsTheProductTimesTheFactorsRoundedOnce) {
           const float fm = f[i * ldm + j], value = got[i * ldc + j];
           ASSERT_NEAR(value, sum * fm, 1e-6 * (1 + mag))
               << bf16_in << " " << m << " at " << i << "," << j;
-          if (!bf16_in) ASSERT_EQ(value, plain[i * ldc + j] * fm) << m << " at " << i << "," << j;
-          // A bf16 output: the same epilogue's float32 value rounded once.
-          if (bf16_in) ASSERT_EQ(got16[i * ldc + j].bits, to_bf16(value).bits) << i << "," << j;
+          if (!bf16_in) {
+            ASSERT_EQ(value, plain[i * ldc + j] * fm) << m << " at " << i << "," << j;
+          } else {  // a bf16 output: the same epilogue's float32 value rounded once
+            ASSERT_EQ(got16[i * ldc + j].bits, to_bf16(value).bits) << i << "," << j;
+          }
         }
     }
   float x = 0, one_f = 1;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <new>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -18,6 +19,21 @@ class Error : public std::invalid_argument {
  public:
   explicit Error(const std::string& message) : std::invalid_argument(message) {}
 };
+
+// An allocation that failed, with what was asked for ("Tensor [1, 8, 100000000, 64] bfloat16:
+// cannot allocate 95.4 GiB"). A std::bad_alloc, so that callers that handle running out of memory
+// (Python's MemoryError through pybind11) still do.
+class OutOfMemory : public std::bad_alloc {
+ public:
+  explicit OutOfMemory(std::string message) : message_(std::move(message)) {}
+  const char* what() const noexcept override { return message_.c_str(); }
+
+ private:
+  std::string message_;
+};
+
+// Throws OutOfMemory: "{what}: cannot allocate {bytes in KiB, MiB or GiB}".
+[[noreturn]] void fail_allocation(const std::string& what, size_t bytes);
 
 // "[2, 3, 4]"
 std::string shape_string(std::span<const int64_t> shape);
