@@ -51,10 +51,7 @@ void add_generate(CLI::App& app) {
                 "The prompt as a user message in the model's chat template; the reply is printed");
   cmd->add_option("--system", a->system, "A system message (with --chat)");
   cmd->add_flag("--stats", a->stats, "Print the generation speed (tokens/s) to stderr");
-  cmd->add_option("--dtype", a->dtype,
-                  "Dense products in f32, or bf16 (weights and inputs rounded, fp32 accumulation)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  add_dtype_option(cmd, a->dtype);
   add_threads_option(cmd, a->threads);
   cmd->callback([a] {
     check(a->chat || a->system.empty(), "--system: needs --chat");

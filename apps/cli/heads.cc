@@ -25,6 +25,7 @@ struct DataArgs {
   inspect::DataOptions data;
   int threads = 0;
   bool json = false;
+  std::string dtype = "f32";
   // The model and the data importance is scored on and pruning judged by.
   struct Loaded {
     load::Model model;
@@ -35,6 +36,7 @@ struct DataArgs {
   };
   Loaded load(ThreadContext& ctx, const std::string& path) const {
     Loaded out{.model = load::load_model(path)};
+    out.model.net.set_dtype(parse_dtype(dtype, "--dtype"));
     const model::GPTConfig& c = out.model.net.config();
     check(data.seq <= c.block_size, "--seq: {} is longer than the model's context {}", data.seq,
           c.block_size);
@@ -54,6 +56,7 @@ struct DataArgs {
                              "Tokens per evaluation sequence (default: the model's context, at "
                              "most 256)"));
     add_threads_option(cmd, threads);
+    add_dtype_option(cmd, dtype);
     cmd->add_flag("--json", json, "Print JSON");
     cmd->add_flag("--signatures", data.signatures,
                   "Detective stories with signatures (for a model trained with them): evaluation "

@@ -124,6 +124,7 @@ void add_embed(CLI::App& app) {
     std::string model, input, out;
     int64_t batch_size = 32;
     int threads = 0;
+    std::string dtype = "f32";
   };
   auto a = std::make_shared<Args>();
   auto* cmd = app.add_subcommand(
@@ -135,6 +136,7 @@ void add_embed(CLI::App& app) {
   positive(
       cmd->add_option("--batch-size", a->batch_size, "Texts per forward")->capture_default_str());
   add_threads_option(cmd, a->threads);
+  add_dtype_option(cmd, a->dtype);
   cmd->callback([a] {
     std::ifstream in(a->input, std::ios::binary);
     check(in.good(), "--input: {} cannot be read", a->input);
@@ -146,6 +148,7 @@ void add_embed(CLI::App& app) {
     check(!texts.empty(), "--input: {} has no lines", a->input);
     AtomicFile out(a->out);  // opened first: a bad path fails before the work
     load::Model m = load::load_model(a->model);
+    m.net.set_dtype(parse_dtype(a->dtype, "--dtype"));
     ThreadContext ctx(a->threads);
     Progress progress(static_cast<int64_t>(texts.size()));
     load::EmbedOptions o{.batch_size = a->batch_size};

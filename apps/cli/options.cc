@@ -76,6 +76,14 @@ CLI::Option* add_threads_option(CLI::App* cmd, int& threads, int default_threads
           [most](double x) { return x >= 0 && x <= most && x == std::floor(x); }));
 }
 
+CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype) {
+  return cmd
+      ->add_option("--dtype", dtype,
+                   "Dense products in f32, or bf16 (weights and inputs rounded, fp32 accumulation)")
+      ->check(CLI::IsMember({"f32", "bf16"}))
+      ->capture_default_str();
+}
+
 void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape) {
   at_least(
       cmd->add_option("--references", shape.references, "Pronoun sentences per detective story")

@@ -22,6 +22,11 @@ CLI::Option* below_one(CLI::Option* opt);  // 0 ≤ x < 1 (a probability to drop
 // refused (results are the same for every thread count, so more threads than cores only slows).
 CLI::Option* add_threads_option(CLI::App* cmd, int& threads, int default_threads = 0);
 
+// --dtype f32|bf16 of the commands that run a model's forwards (generate, eval, embed, heads,
+// prune): bf16 runs its dense products in bf16 (GPT::set_dtype; importance's backward passes in
+// mixed precision). `train` has its own, worded for training.
+CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype);
+
 // --references, --drills, --drill-words, --drill-log-lengths, --echoes and --signatures: the
 // detective corpus's shape, shared by `corpus detective`, `train` and `sweep`.
 void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape);

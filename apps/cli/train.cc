@@ -205,7 +205,7 @@ void add_eval(CLI::App& app) {
     std::string model, corpus = "detective";
     int64_t stories = 500, batch = 16, batches = 1000000, seq = 1024;
     uint64_t seed = 1;
-    std::string split = "validation";
+    std::string split = "validation", dtype = "f32";
     int threads = 0;
     bool json = false;
   };
@@ -223,9 +223,11 @@ void add_eval(CLI::App& app) {
   positive(cmd->add_option("--seq", a->seq, "Tokens per sequence (at most the model's context)")
                ->capture_default_str());
   add_threads_option(cmd, a->threads);
+  add_dtype_option(cmd, a->dtype);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
     load::Model loaded = load::load_model(a->model);
+    loaded.net.set_dtype(parse_dtype(a->dtype, "--dtype"));
     check(loaded.tokenizer.has_value(), "{}: the model has no tokenizer to encode text with{}{}",
           a->model, loaded.tokenizer_error.empty() ? "" : ": ", loaded.tokenizer_error);
     check(loaded.net.config().lm_head, "{}: an encoder has no LM head to score text with",

@@ -31,6 +31,8 @@ def refused(*args):
     (["train", "--drill-words", "100"], "--drill-words"),
     (["generate", MODEL, "--top-p", "0"], "--top-p"),
     (["generate", MODEL, "--temperature", "-1"], "--temperature"),
+    (["eval", MODEL, "--dtype", "f16"], "--dtype"),
+    (["heads", MODEL, "--dtype", "bfloat"], "--dtype"),
     (["bench", "attention", "--seq", "0"], "--seq"),
     (["bench", "peak", "--threads", "99999"], "--threads"),
     (["sweep", "--heads", "2,0"], "--heads"),
@@ -38,7 +40,7 @@ def refused(*args):
 ])
 def test_out_of_range_numbers_are_refused_naming_the_option(args, option):
     err = refused(*args)
-    assert option in err and ("must be" in err or "expected" in err), err
+    assert option in err and ("must be" in err or "expected" in err or "not in" in err), err
 
 
 @pytest.mark.parametrize("spec", ["bpe:abc", "bpe:", "bpe:12x"])
@@ -74,3 +76,24 @@ def test_a_blocked_cache_it_cannot_hold_is_refused_naming_the_option(extra):
             "--kv-layout", "blocked", *extra]
     err = refused(*args)
     assert "kv-layout" in err and "internal error" not in err, err
+
+
+def test_the_model_commands_run_in_bf16(tmp_path):
+    """eval and heads with --dtype bf16: the same figures to bf16's precision, and not the float32
+    ones (the option reaches the model)."""
+    import json
+
+    def run(*args):
+        return json.loads(subprocess.run([str(CLI), *map(str, args), "--json", "--threads", "2"],
+                                         capture_output=True, text=True, timeout=120,
+                                         check=True).stdout)
+
+    loss = {d: run("eval", MODEL, "--stories", 50, "--dtype", d)["loss"] for d in ("f32", "bf16")}
+    assert loss["f32"] != loss["bf16"] and abs(loss["f32"] - loss["bf16"]) < 0.01 * loss["f32"]
+    heads = {d: run("heads", MODEL, "--no-ablation", "--sequences", 4, "--dtype", d)["heads"]
+             for d in ("f32", "bf16")}
+    f32 = [h["importance"] for h in heads["f32"]]
+    b16 = [h["importance"] for h in heads["bf16"]]
+    assert f32 != b16
+    assert max(abs(a - b) for a, b in zip(f32, b16)) < 0.05 * max(f32)
+    assert [h["role"] for h in heads["f32"]] == [h["role"] for h in heads["bf16"]]

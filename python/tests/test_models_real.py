@@ -316,6 +316,10 @@ def test_cli_info_embed_generate_and_eval(minilm, tmp_path):
     got = np.load(out)
     assert got.shape == (90, 384)
     assert np.abs(got - minilm.encode(TEXTS[:3] * 30)).max() < 1e-6
+    run("embed", MINILM_DIR, "--input", texts, "--out", out, "--threads", 2, "--dtype", "bf16")
+    got16 = np.load(out)  # bf16 products: the same directions to bf16's precision, not the same
+    assert got16.shape == got.shape and np.abs(got16 - got).max() > 0
+    assert (got16 * got).sum(axis=1).min() > 0.9999  # both L2-normalised
     r = run("embed", SMOLLM2_GGUF, "--input", texts, "--out", tmp_path / "x.npy", check=False)
     assert r.returncode != 0 and "has no pooling" in r.stderr
     assert not (tmp_path / "x.npy").exists()
