@@ -35,6 +35,7 @@ struct ExplainArgs {
   int64_t sequences = 32;
   int64_t seq = 0;  // tokens per evaluation sequence (0: the context, at most 256)
   int threads = 0;
+  std::string dtype = "f32";  // of the model's products (GPT::set_dtype)
   bool no_curve = false;
   bool signatures = false;  // the model was trained on stories with signatures
   std::string coreference;  // natural passages to score every head on (data/coreference.json)
@@ -93,6 +94,7 @@ void run_explain(load::Model& loaded, const std::string& model_path, const std::
   check(loaded.tokenizer.has_value(), "{}: the model has no tokenizer to read text with{}{}",
         model_path, loaded.tokenizer_error.empty() ? "" : ": ", loaded.tokenizer_error);
   ExplainOutputs out(a);
+  loaded.net.set_dtype(parse_dtype(a.dtype, "--dtype"));
   ThreadContext ctx(a.threads);
   const inspect::Explanation e = inspect::explain(ctx, loaded, text, o);
   fmt::print("{}{}\n\n", text, e.continuation);
@@ -140,6 +142,7 @@ void add_explain_options(CLI::App* cmd, ExplainArgs& a) {
   cmd->add_option("--coreference", a.coreference,
                   "Also score every head on natural coreference passages (data/coreference.json)");
   add_threads_option(cmd, a.threads);
+  add_dtype_option(cmd, a.dtype);
   cmd->add_flag("--signatures", a.signatures,
                 "The model was trained on detective stories with signatures: score coreference "
                 "by name from the possessive before the signature");
@@ -162,6 +165,7 @@ inspect::CorefPassage story_passage() {
 void real_model_demo(const ExplainArgs& base, const std::string& path, const std::string& corpus,
                      const std::vector<inspect::CorefPassage>& passages) {
   load::Model real = load::load_model(path);
+  real.net.set_dtype(parse_dtype(base.dtype, "--dtype"));
   const model::GPTConfig& c = real.net.config();
   fmt::print(
       "\n— The same question on a real model: {} ({}, {} layers × {} heads, {} key/value heads "

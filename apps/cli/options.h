@@ -23,8 +23,8 @@ CLI::Option* below_one(CLI::Option* opt);  // 0 ≤ x < 1 (a probability to drop
 CLI::Option* add_threads_option(CLI::App* cmd, int& threads, int default_threads = 0);
 
 // --dtype f32|bf16 of the commands that run a model's forwards (generate, eval, embed, heads,
-// prune): bf16 runs its dense products in bf16 (GPT::set_dtype; importance's backward passes in
-// mixed precision). `train` has its own, worded for training.
+// prune, explain, demo): bf16 runs its dense products in bf16 (GPT::set_dtype; importance's
+// backward passes in mixed precision). `train` has its own, worded for training.
 CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype);
 
 // --references, --drills, --drill-words, --drill-log-lengths, --echoes and --signatures: the

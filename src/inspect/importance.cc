@@ -310,6 +310,7 @@ model::GPT prune_heads(const model::GPT& m, const std::vector<HeadId>& heads) {
       if (keep[l][h]) out.gates().at(l, k++) = m.gates().at(l, h);
     for (; k < c.n_head; ++k) out.gates().at(l, k) = 0.0f;
   }
+  out.set_dtype(m.dtype());  // a bf16 model's pruned copy runs its products in bf16 too
   return out;
 }
 

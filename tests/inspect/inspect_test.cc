@@ -217,6 +217,22 @@ TEST(Prune, ThePrunedModelComputesWhatTheGatedModelComputes) {
   const auto targets = data(32);
   EXPECT_TRUE(std::isfinite(empty.forward_backward(ctx, tokens.data(), targets.data(), 1, 32)));
   testing::expect_error([&] { prune_heads(m, {{2, 0}}); }, {"heads: (2, 0)"});
+  // A model whose products run in bf16 is pruned into one that does too: the same logits as the
+  // gated bf16 model (bits apart only where a product's reduction order differs).
+  m.set_dtype(DType::bf16);
+  model::GPT small16 = prune_heads(m, remove);
+  EXPECT_EQ(small16.dtype(), DType::bf16);
+  EXPECT_EQ(small.dtype(), DType::f32);
+  const float* a16 = m.forward(ctx, tokens.data(), 1, 32);
+  std::vector<float> want16(a16, a16 + 32 * 41);
+  const float* b16 = small16.forward(ctx, tokens.data(), 1, 32);
+  double off32 = 0, off16 = 0;
+  for (size_t i = 0; i < want16.size(); ++i) {
+    off16 = std::max(off16, static_cast<double>(std::fabs(b16[i] - want16[i])));
+    off32 = std::max(off32, static_cast<double>(std::fabs(want16[i] - want[i])));
+  }
+  EXPECT_LT(off16, 1e-5);  // the pruned bf16 model computes the gated bf16 model's logits
+  EXPECT_GT(off32, 1e-4);  // and not the float32 ones
 }
 
 TEST(Prune, GroupedQueryHeadsLeaveUnequalGroupsThatComputeWhatTheGatesDo) {
