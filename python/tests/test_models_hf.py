@@ -346,6 +346,30 @@ def test_a_sharded_folder_loads_as_the_single_file(folders, rng, tmp_path):
                           headlight.load(str(path)).forward(ids))
 
 
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama-gqa"])
+def test_a_bfloat16_folder_loads_its_exact_weights(folders, name, rng, tmp_path):
+    """Most published checkpoints are stored in bfloat16: their weights are read exactly (widened
+    to float32), so the outputs are transformers' on those same weights in float32; and the model
+    then runs with bf16 products too."""
+    import copy
+    _, model = folders[name]
+    b16 = copy.deepcopy(model).to(torch.bfloat16)
+    b16.save_pretrained(tmp_path)
+    m = headlight.load(str(tmp_path), threads=2)
+    ids, types = ids_for(name, rng)
+    # transformers reading the folder in float32 (b16.float() would keep Llama's rotary
+    # frequencies rounded to bf16, a buffer the folder does not hold)
+    want_model = type(model).from_pretrained(tmp_path, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = output_of(name, reference(want_model, ids, types)).numpy()
+        f32 = output_of(name, reference(model, ids, types)).numpy()
+    got = m.forward(ids, token_types=types)
+    assert rel_err(got, want) < 2e-5, name
+    assert rel_err(got, f32) > 1e-4, name  # the rounded weights, not the float32 ones
+    m.dtype = "bfloat16"
+    assert rel_err(m.forward(ids, token_types=types), want) < 0.05, name
+
+
 @pytest.mark.parametrize("name", ["bert", "gpt2-untied", "llama-gqa"])
 def test_packed_sequences_equal_separate_runs(folders, name, rng):
     """Sequences of different lengths packed end to end (no padding): each row's output, and the
