@@ -259,7 +259,7 @@ void add_sweep(CLI::App& app) {
   struct Args {
     ModelOptions model;
     inspect::SweepOptions sweep;
-    std::string tokenizer = "byte";
+    std::string tokenizer = "byte", dtype = "f32";
     int threads = 0;
     bool json = false;
   };
@@ -288,6 +288,7 @@ void add_sweep(CLI::App& app) {
   add_corpus_shape_options(cmd, a->sweep.shape);
   cmd->add_option("--seed", a->sweep.train.seed, "Seed")->capture_default_str();
   add_threads_option(cmd, a->threads);
+  add_dtype_option(cmd, a->dtype, /*training=*/true);
   cmd->add_flag("--json", a->json, "Print JSON");
   cmd->callback([a] {
     ThreadContext ctx(a->threads);
@@ -296,6 +297,7 @@ void add_sweep(CLI::App& app) {
         train::load_text(a->sweep.corpus, a->sweep.stories, 1, a->sweep.shape);
     const model::Tokenizer tok = make_tokenizer(a->tokenizer, text.train);
     inspect::SweepOptions o = a->sweep;
+    o.dtype = parse_dtype(a->dtype, "--dtype");
     o.train.schedule.total = o.train.steps;
     o.train.eval_every = o.train.steps;
     const auto rows = inspect::head_sweep(ctx, base, tok, o);

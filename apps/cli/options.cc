@@ -76,10 +76,14 @@ CLI::Option* add_threads_option(CLI::App* cmd, int& threads, int default_threads
           [most](double x) { return x >= 0 && x <= most && x == std::floor(x); }));
 }
 
-CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype) {
+CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype, bool training) {
   return cmd
       ->add_option("--dtype", dtype,
-                   "Dense products in f32, or bf16 (weights and inputs rounded, fp32 accumulation)")
+                   training ? "Dense products in f32, or bf16 (mixed precision: bf16 products with "
+                              "fp32 accumulation, fp32 master weights, AdamW state, norms, "
+                              "attention and loss)"
+                            : "Dense products in f32, or bf16 (weights and inputs rounded, fp32 "
+                              "accumulation)")
       ->check(CLI::IsMember({"f32", "bf16"}))
       ->capture_default_str();
 }

@@ -22,10 +22,10 @@ CLI::Option* below_one(CLI::Option* opt);  // 0 ≤ x < 1 (a probability to drop
 // refused (results are the same for every thread count, so more threads than cores only slows).
 CLI::Option* add_threads_option(CLI::App* cmd, int& threads, int default_threads = 0);
 
-// --dtype f32|bf16 of the commands that run a model's forwards (generate, eval, embed, heads,
-// prune, explain, demo): bf16 runs its dense products in bf16 (GPT::set_dtype; importance's
-// backward passes in mixed precision). `train` has its own, worded for training.
-CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype);
+// --dtype f32|bf16: bf16 runs a model's dense products in bf16 (GPT::set_dtype). Worded for the
+// commands that run a model (generate, eval, embed, heads, prune, explain, demo; importance's
+// backward passes in mixed precision) or, with `training`, for those that train (train, sweep).
+CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype, bool training = false);
 
 // --references, --drills, --drill-words, --drill-log-lengths, --echoes and --signatures: the
 // detective corpus's shape, shared by `corpus detective`, `train` and `sweep`.

@@ -114,11 +114,7 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   positive(t->add_option("--log-every", a.train.log_every,
                          "Steps between progress lines and metrics log lines")
                ->capture_default_str());
-  t->add_option("--dtype", a.dtype,
-                "Dense products in f32, or bf16 (mixed precision: bf16 products with fp32 "
-                "accumulation, fp32 master weights, AdamW state, norms, attention and loss)")
-      ->check(CLI::IsMember({"f32", "bf16"}))
-      ->capture_default_str();
+  add_dtype_option(t, a.dtype, /*training=*/true);
   t->add_flag("--resume", a.train.resume, "Continue from --out and its optimizer state");
   t->add_option("--init", a.init,
                 "Start from this checkpoint's weights and tokenizer (fine-tuning: a new optimizer "

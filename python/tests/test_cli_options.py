@@ -33,6 +33,7 @@ def refused(*args):
     (["generate", MODEL, "--temperature", "-1"], "--temperature"),
     (["eval", MODEL, "--dtype", "f16"], "--dtype"),
     (["heads", MODEL, "--dtype", "bfloat"], "--dtype"),
+    (["sweep", "--dtype", "f64"], "--dtype"),
     (["bench", "attention", "--seq", "0"], "--seq"),
     (["bench", "peak", "--threads", "99999"], "--threads"),
     (["sweep", "--heads", "2,0"], "--heads"),
@@ -79,8 +80,8 @@ def test_a_blocked_cache_it_cannot_hold_is_refused_naming_the_option(extra):
 
 
 def test_the_model_commands_run_in_bf16(tmp_path):
-    """eval and heads with --dtype bf16: the same figures to bf16's precision, and not the float32
-    ones (the option reaches the model)."""
+    """eval, heads and sweep with --dtype bf16: the same figures to bf16's precision, and not the
+    float32 ones (the option reaches the models)."""
     import json
 
     def run(*args):
@@ -97,3 +98,10 @@ def test_the_model_commands_run_in_bf16(tmp_path):
     assert f32 != b16
     assert max(abs(a - b) for a, b in zip(f32, b16)) < 0.05 * max(f32)
     assert [h["role"] for h in heads["f32"]] == [h["role"] for h in heads["bf16"]]
+    # sweep trains its models in mixed precision
+    sweep = {d: [r["val_loss"] for r in run("sweep", "--heads", "1,2", "--steps", 20, "--stories",
+                                            200, "--n-layer", 1, "--n-embd", 32, "--block-size",
+                                            64, "--dtype", d)["sweep"]]
+             for d in ("f32", "bf16")}
+    assert sweep["f32"] != sweep["bf16"]
+    assert max(abs(a - b) for a, b in zip(sweep["f32"], sweep["bf16"])) < 0.01

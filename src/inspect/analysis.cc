@@ -413,6 +413,7 @@ std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& bas
     c.vocab_size = std::max(c.vocab_size, tokenizer.vocab_size());
     check(c.n_embd % h == 0, "heads: n_embd {} is not divisible by {} heads", c.n_embd, h);
     model::GPT m(c, so.train.seed);
+    m.set_dtype(so.dtype);
     train::TrainOptions o = so.train;
     o.out.clear();
     o.metrics.clear();

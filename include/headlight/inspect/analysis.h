@@ -134,6 +134,7 @@ struct SweepOptions {
   int64_t stories = 5000;            // training stories of the detective corpus
   train::CorpusOptions shape;        // its references and recall lines
   train::TrainOptions train;
+  DType dtype = DType::f32;  // of each model's products (bf16: mixed-precision training)
 };
 std::vector<SweepRow> head_sweep(ThreadContext& ctx, const model::GPTConfig& base,
                                  const model::Tokenizer& tokenizer, const SweepOptions& o);
