@@ -164,6 +164,15 @@ void bind_load(py::module_& m) {
           py::return_value_policy::reference_internal)
       .def_property_readonly("chat_template",
                              [](const PyModel& self) { return self.m.chat_template; })
+      .def_property_readonly(
+          "stored_dtypes",
+          [](const PyModel& self) {
+            py::dict d;  // in order of first appearance
+            for (const auto& [type, n] : self.m.stored_dtypes) d[py::str(type)] = n;
+            return d;
+          },
+          "The parameters' element counts by their type in the files ('BF16', 'Q4_K', 'F32', …), "
+          "before they were read as float32.")
       .def("forward", &model_forward, py::arg("tokens"), py::arg("token_types") = py::none(),
            py::arg("lengths") = py::none())
       .def("generate", &model_generate, py::arg("tokens"), py::arg("max_new_tokens"),

@@ -262,9 +262,11 @@ def test_gguf_files_equal_their_hugging_face_folder(folders, name, rng, tmp_path
     file = tmp_path / f"{name}.gguf"
     (write_gpt2_gguf if name == "gpt2" else write_llama_gguf)(file, model)
     ids, _ = ids_for(name, rng)
-    from_gguf = headlight.load(str(file)).forward(ids)
-    from_folder = headlight.load(str(path)).forward(ids)
-    assert np.array_equal(from_gguf, from_folder)
+    gguf_model, folder_model = headlight.load(str(file)), headlight.load(str(path))
+    assert np.array_equal(gguf_model.forward(ids), folder_model.forward(ids))
+    # float32 tensors in both files, every parameter counted once
+    total = sum(v.size for v in folder_model.state_dict().values())
+    assert gguf_model.stored_dtypes == folder_model.stored_dtypes == {"F32": total}
 
 
 # --- errors -------------------------------------------------------------------------------------
@@ -342,8 +344,9 @@ def test_a_sharded_folder_loads_as_the_single_file(folders, rng, tmp_path):
     assert (tmp_path / "model.safetensors.index.json").exists()
     assert not (tmp_path / "model.safetensors").exists()
     ids, _ = ids_for("llama-gqa", rng)
-    assert np.array_equal(headlight.load(str(tmp_path)).forward(ids),
-                          headlight.load(str(path)).forward(ids))
+    sharded, single = headlight.load(str(tmp_path)), headlight.load(str(path))
+    assert np.array_equal(sharded.forward(ids), single.forward(ids))
+    assert sharded.stored_dtypes == single.stored_dtypes
 
 
 @pytest.mark.parametrize("name", ["bert", "gpt2", "llama-gqa"])
@@ -365,6 +368,7 @@ def test_a_bfloat16_folder_loads_its_exact_weights(folders, name, rng, tmp_path)
         f32 = output_of(name, reference(model, ids, types)).numpy()
     got = m.forward(ids, token_types=types)
     assert rel_err(got, want) < 2e-5, name
+    assert m.stored_dtypes == {"BF16": sum(v.size for v in m.state_dict().values())}
     assert rel_err(got, f32) > 1e-4, name  # the rounded weights, not the float32 ones
     m.dtype = "bfloat16"
     assert rel_err(m.forward(ids, token_types=types), want) < 0.05, name

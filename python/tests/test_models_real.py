@@ -304,9 +304,12 @@ def test_cli_info_embed_generate_and_eval(minilm, tmp_path):
     info = json.loads(run("info", MINILM_DIR, "--json").stdout)
     assert (info["architecture"], info["layers"], info["heads"]) == ("BertModel", 6, 12)
     assert info["pooling"] == "mean, L2-normalised"
+    assert info["stored_as"] == "F32 (read as float32)"
     info = json.loads(run("info", SMOLLM2_GGUF, "--json").stdout)
     assert (info["architecture"], info["kv_heads"], info["chat_template"]) == ("llama", 3, "ChatML")
     assert info["parameters"] == 134515008
+    # the quantised file's types by share of the parameters (embeddings Q8_0, norms F32)
+    assert info["stored_as"] == "Q4_1 78.9%, Q8_0 21.0%, F32 <0.1% (read as float32)"
 
     texts = tmp_path / "texts.txt"
     texts.write_text("\n".join(TEXTS[:3] * 30) + "\n")

@@ -327,6 +327,10 @@ Shape GgufFile::shape(const std::string& name) const {
   return tensor(name).shape();
 }
 
+std::string GgufFile::stored_dtype(const std::string& name) const {
+  return ggml_type_name(static_cast<uint32_t>(tensor(name).type));
+}
+
 void GgufFile::read_f32(const std::string& name, float* dst) const {
   const GgufTensorInfo& t = tensor(name);
   dequantize(t.type, file_->bytes().data() + index_.data_start + t.offset, t.numel(), dst);

@@ -225,6 +225,10 @@ Shape SafetensorsFile::shape(const std::string& name) const {
   return entry(name).shape;
 }
 
+std::string SafetensorsFile::stored_dtype(const std::string& name) const {
+  return entry(name).dtype;
+}
+
 void SafetensorsFile::read_f32(const std::string& name, float* dst) const {
   const SafetensorsEntry& e = entry(name);
   const uint8_t* src = file_->bytes().data() + index_.data_start + e.begin;
@@ -342,6 +346,9 @@ Shape ShardedSafetensors::shape(const std::string& name) const {
 }
 void ShardedSafetensors::read_f32(const std::string& name, float* dst) const {
   shard_of(name).read_f32(name, dst);
+}
+std::string ShardedSafetensors::stored_dtype(const std::string& name) const {
+  return shard_of(name).stored_dtype(name);
 }
 std::optional<std::string> ShardedSafetensors::metadata(const std::string& key) const {
   const auto it = metadata_.find(key);

@@ -175,6 +175,7 @@ Model load_gguf(const std::string& path) {
           .architecture = arch,
           .net = model::GPT(c, r),
           .max_seq_length = c.block_size};
+  m.stored_dtypes = stored_dtypes(r, m.net);
   try {
     m.tokenizer = model::TextTokenizer(tokenizer_from_gguf(f));
     check(m.tokenizer->vocab_size() <= c.vocab_size,

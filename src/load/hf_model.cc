@@ -324,8 +324,10 @@ Model load_hf_folder(const std::string& path) {
   // (tokenizer, pooling, chat template, end tokens) is the original folder's.
   const auto* single = dynamic_cast<const io::SafetensorsFile*>(weights.get());
   std::optional<model::GPT> net;
+  std::vector<std::pair<std::string, int64_t>> stored;
   if (single && single->metadata("headlight.config").has_value()) {
     net.emplace(std::move(train::load_model(weights_name).model));
+    stored = stored_dtypes(*single, *net);
   } else {
     RemappedSource r(*weights, weights_name);
     const GPTConfig rc = kind == kBert ? bert(f, r) : kind == kGpt2 ? gpt2(f, r) : llama(f, r);
@@ -335,13 +337,15 @@ Model load_hf_folder(const std::string& path) {
       fail("{}: {}", config_path, e.what());
     }
     net.emplace(rc, r);
+    stored = stored_dtypes(r, *net);
   }
   const GPTConfig c = net->config();
   Model m{.path = path,
           .format = Format::hf_folder,
           .architecture = arch,
           .net = std::move(*net),
-          .max_seq_length = c.block_size};
+          .max_seq_length = c.block_size,
+          .stored_dtypes = std::move(stored)};
   read_eos(f, m.eos_ids);
   m.bos_id = static_cast<int32_t>(f.integer("bos_token_id", -1));
   if (fs::exists(dir / "generation_config.json")) {

@@ -2,6 +2,7 @@
 
 #include "headlight/load/model.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -126,8 +127,22 @@ Model load_model(const std::string& path) {
           .net = std::move(loaded.model)};
   if (loaded.tokenizer) m.tokenizer = model::TextTokenizer(std::move(*loaded.tokenizer));
   m.max_seq_length = m.net.config().block_size;
-  read_source_metadata(io::SafetensorsFile(path), m);
+  const io::SafetensorsFile file(path);
+  read_source_metadata(file, m);
+  m.stored_dtypes = stored_dtypes(file, m.net);
   return m;
+}
+
+std::vector<std::pair<std::string, int64_t>> stored_dtypes(const TensorSource& source,
+                                                           const model::GPT& net) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (const model::ParameterEntry& e : net.layout().entries()) {
+    const std::string type = source.stored_dtype(e.name);
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& p) { return p.first == type; });
+    if (it == out.end()) it = out.insert(out.end(), {type, 0});
+    it->second += e.numel;
+  }
+  return out;
 }
 
 void write_model(const Model& source, const model::GPT& net, const std::string& path) {

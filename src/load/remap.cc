@@ -2,6 +2,7 @@
 
 #include "src/load/remap.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "headlight/core/error.h"
@@ -49,6 +50,19 @@ Shape RemappedSource::shape(const std::string& name) const {
   const auto it = targets_.find(name);
   check(it != targets_.end(), "{}: no tensor for \"{}\"", file_, name);
   return it->second.shape;
+}
+
+std::string RemappedSource::stored_dtype(const std::string& name) const {
+  const auto it = targets_.find(name);
+  check(it != targets_.end(), "{}: no tensor for \"{}\"", file_, name);
+  std::vector<std::string> types;
+  for (const Part& p : it->second.parts) {
+    const std::string t = source_.stored_dtype(p.name);
+    if (std::find(types.begin(), types.end(), t) == types.end()) types.push_back(t);
+  }
+  std::string out;
+  for (const std::string& t : types) out += (out.empty() ? "" : "+") + t;
+  return out;
 }
 
 void RemappedSource::read_f32(const std::string& name, float* dst) const {

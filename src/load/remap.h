@@ -39,6 +39,7 @@ class RemappedSource : public TensorSource {
   bool contains(const std::string& name) const override;
   Shape shape(const std::string& name) const override;
   void read_f32(const std::string& name, float* dst) const override;
+  std::string stored_dtype(const std::string& name) const override;  // the parts' types
   std::optional<std::string> metadata(const std::string&) const override { return std::nullopt; }
 
  private:

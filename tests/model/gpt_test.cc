@@ -37,6 +37,7 @@ class MapSource : public TensorSource {
     const auto& v = tensors.at(n).second;
     std::memcpy(dst, v.data(), v.size() * sizeof(float));
   }
+  std::string stored_dtype(const std::string&) const override { return "F32"; }
   std::optional<std::string> metadata(const std::string& k) const override {
     const auto it = meta.find(k);
     if (it == meta.end()) return std::nullopt;

@@ -21,6 +21,9 @@ class TensorSource {
   virtual Shape shape(const std::string& name) const = 0;
   // The tensor converted to float32 into dst (numel(shape(name)) floats).
   virtual void read_f32(const std::string& name, float* dst) const = 0;
+  // The tensor's element type where it is stored, as its format names it ("F32", "BF16", "Q4_K",
+  // …; parts of different types joined by "+"); throws Error naming it when absent.
+  virtual std::string stored_dtype(const std::string& name) const = 0;
   // A string entry of the source's metadata, if present.
   virtual std::optional<std::string> metadata(const std::string& key) const = 0;
 };

@@ -128,6 +128,7 @@ class GgufFile : public TensorSource {
   bool contains(const std::string& name) const override;
   Shape shape(const std::string& name) const override;
   void read_f32(const std::string& name, float* dst) const override;
+  std::string stored_dtype(const std::string& name) const override;
   std::optional<std::string> metadata(const std::string& key) const override;
 
  private:

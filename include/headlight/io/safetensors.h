@@ -60,6 +60,7 @@ class SafetensorsFile : public TensorSource {
   bool contains(const std::string& name) const override;
   Shape shape(const std::string& name) const override;
   void read_f32(const std::string& name, float* dst) const override;
+  std::string stored_dtype(const std::string& name) const override;
   std::optional<std::string> metadata(const std::string& key) const override;
 
  private:
@@ -81,6 +82,7 @@ class ShardedSafetensors : public TensorSource {
   bool contains(const std::string& name) const override;
   Shape shape(const std::string& name) const override;
   void read_f32(const std::string& name, float* dst) const override;
+  std::string stored_dtype(const std::string& name) const override;
   // The index's "metadata" entries that are strings (total_size is given as its decimal text).
   std::optional<std::string> metadata(const std::string& key) const override;
 

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "headlight/model/gpt.h"
@@ -50,6 +51,10 @@ struct Model {
   std::string chat_template{};     // Jinja text from the files; empty when none
   std::vector<int32_t> eos_ids{};  // ids that end generation
   int32_t bos_id = -1;
+  // The parameters' elements by their type in the files ("BF16", "Q4_K", "F32", …; a parameter
+  // made of tensors of several types under their names joined by "+"), in order of first
+  // appearance: what the weights were before they were read as float32.
+  std::vector<std::pair<std::string, int64_t>> stored_dtypes{};
 };
 
 // Reads a model from `path` (a checkpoint file, a Hugging Face folder or a .gguf file).
