@@ -276,6 +276,7 @@ void add_sweep(CLI::App& app) {
                ->capture_default_str());
   positive(cmd->add_option("--batch", a->sweep.train.batch, "Sequences per step")
                ->capture_default_str());
+  add_micro_batches_option(cmd, a->sweep.train.micro_batches);
   positive(cmd->add_option("--lr", a->sweep.train.schedule.lr, "Peak learning rate")
                ->capture_default_str());
   cmd->add_option("--corpus", a->sweep.corpus, "\"detective\" or a text file")

@@ -88,6 +88,15 @@ CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype, bool training) 
       ->capture_default_str();
 }
 
+CLI::Option* add_micro_batches_option(CLI::App* cmd, int64_t& micro_batches) {
+  return at_least(cmd->add_option("--micro-batches", micro_batches,
+                                  "Micro-batches per step, each forward and backward whole on one "
+                                  "thread (0: from the shape, 1: the whole batch at once; must "
+                                  "divide --batch)")
+                      ->capture_default_str(),
+                  0);
+}
+
 void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape) {
   at_least(
       cmd->add_option("--references", shape.references, "Pronoun sentences per detective story")

@@ -27,6 +27,10 @@ CLI::Option* add_threads_option(CLI::App* cmd, int& threads, int default_threads
 // backward passes in mixed precision) or, with `training`, for those that train (train, sweep).
 CLI::Option* add_dtype_option(CLI::App* cmd, std::string& dtype, bool training = false);
 
+// --micro-batches: a training step's micro-batches (train::TrainOptions::micro_batches), shared by
+// `train` and `sweep`.
+CLI::Option* add_micro_batches_option(CLI::App* cmd, int64_t& micro_batches);
+
 // --references, --drills, --drill-words, --drill-log-lengths, --echoes and --signatures: the
 // detective corpus's shape, shared by `corpus detective`, `train` and `sweep`.
 void add_corpus_shape_options(CLI::App* cmd, train::CorpusOptions& shape);

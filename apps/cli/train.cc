@@ -88,6 +88,7 @@ void add_train_options(CLI::App* cmd, TrainArgs& a) {
   auto* t = cmd->add_option_group("training");
   positive(t->add_option("--steps", a.train.steps, "Optimizer steps")->capture_default_str());
   positive(t->add_option("--batch", a.train.batch, "Sequences per step")->capture_default_str());
+  add_micro_batches_option(t, a.train.micro_batches);
   at_least(t->add_option("--seq", a.train.seq, "Tokens per sequence (0: block size)")
                ->capture_default_str(),
            0);

@@ -29,6 +29,7 @@ def refused(*args):
     (["train", "--dropout", "1"], "--dropout"),
     (["train", "--n-head", "0"], "--n-head"),
     (["train", "--drill-words", "100"], "--drill-words"),
+    (["train", "--micro-batches", "-1"], "--micro-batches"),
     (["generate", MODEL, "--top-p", "0"], "--top-p"),
     (["generate", MODEL, "--temperature", "-1"], "--temperature"),
     (["eval", MODEL, "--dtype", "f16"], "--dtype"),

@@ -37,6 +37,14 @@ ThreadContext::ThreadContext(int num_threads) : num_threads_(resolved_threads(nu
   for (int i = 0; i < num_threads_; ++i) scratch_.push_back(std::make_unique<ScratchArena>());
 }
 
+std::vector<ThreadContext*> ThreadContext::singles() {
+  while (singles_.size() < static_cast<size_t>(num_threads_))
+    singles_.push_back(std::make_unique<ThreadContext>(1));
+  std::vector<ThreadContext*> out;
+  for (const auto& c : singles_) out.push_back(c.get());
+  return out;
+}
+
 Range ThreadContext::partition(int64_t n, int parts, int index) {
   const int64_t base = n / parts, extra = n % parts;
   const int64_t begin = index * base + std::min<int64_t>(index, extra);

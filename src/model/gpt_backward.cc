@@ -128,11 +128,18 @@ void GPT::backward(ThreadContext& ctx, const int32_t* tokens, const float* doutp
   check(!s.inference,
         "backward: the last forward was for inference (ForwardOptions::inference or decoding) and "
         "kept no activations");
+  check(!s.micro_batch,
+        "backward: the last forward_backward ran in micro-batches (ForwardOptions::micro_batches) "
+        "and kept no whole batch's activations; run forward() first");
+  backward_into(ctx, s, grads(), tokens, doutput, options);
+}
+
+void GPT::backward_into(ThreadContext& ctx, State& s, float* G, const int32_t* tokens,
+                        const float* doutput, const ForwardOptions& options) {
   const GPTConfig& c = config_;
   const Dims d = detail::dims(c, s.batch, s.seq);
   const ModelOffsets off = model_offsets(c, layout_);
   const float* P = params_.data();
-  float* G = grads();
   const Bf16Products b16{.P = P,
                          .P16 = dtype_ == DType::bf16 ? params16(ctx) : nullptr,
                          .dy16 = &s.dy16,

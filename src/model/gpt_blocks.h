@@ -62,6 +62,8 @@ void add_type_embeddings(ThreadContext& ctx, const GPTConfig& c, const Dims& d,
 
 // The seed of layer l's attention-probability dropout for a step seed (and a packed sequence).
 uint64_t attention_dropout_seed(uint64_t seed, int64_t layer, size_t segment = 0);
+// The step seed of micro-batch `part` of a step in micro-batches (its dropout streams).
+uint64_t micro_batch_seed(uint64_t seed, int64_t part);
 
 // The segments (and, for packed sequences, the row positions) of a forward into s; throws naming
 // `lengths` when they do not fit.

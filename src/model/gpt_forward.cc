@@ -151,6 +151,11 @@ uint64_t attention_dropout_seed(uint64_t seed, int64_t layer, size_t segment) {
   return bits[0] | (static_cast<uint64_t>(bits[1]) << 32);
 }
 
+uint64_t micro_batch_seed(uint64_t seed, int64_t part) {
+  const auto bits = philox4x32(seed, 0x3B1C, static_cast<uint64_t>(part));
+  return bits[0] | (static_cast<uint64_t>(bits[1]) << 32);
+}
+
 void set_segments(const GPTConfig& c, int64_t batch, int64_t seq, bool cached,
                   const ForwardOptions& o, GPT::State& s) {
   s.segments.clear();
@@ -311,7 +316,7 @@ const float* maybe(const float* base, int64_t offset) {
 const float* GPT::forward(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
                           const ForwardOptions& options) {
   check_tokens(tokens, batch, seq, 0, options.lengths.empty());
-  return run(ctx, tokens, batch, seq, 0, false, options);
+  return run(ctx, *state_, tokens, batch, seq, 0, false, options);
 }
 
 void GPT::reset_cache() {
@@ -326,15 +331,14 @@ const float* GPT::decode(ThreadContext& ctx, const int32_t* tokens, int64_t coun
   check_tokens(tokens, 1, count, state_->cache_len);
   ForwardOptions options;
   options.kernel = kernel;
-  const float* logits = run(ctx, tokens, 1, count, state_->cache_len, true, options);
+  const float* logits = run(ctx, *state_, tokens, 1, count, state_->cache_len, true, options);
   state_->cache_len += count;
   // With an LM head, the last row's logits alone; without, every row's hidden states.
   return config_.lm_head ? logits : logits + (count - 1) * config_.output_width();
 }
 
-const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
-                      int64_t pos0, bool cached, const ForwardOptions& options) {
-  State& s = *state_;
+const float* GPT::run(ThreadContext& ctx, State& s, const int32_t* tokens, int64_t batch,
+                      int64_t seq, int64_t pos0, bool cached, const ForwardOptions& options) {
   detail::ensure_tables(config_, s);
   const GPTConfig& c = config_;
   const Dims d = detail::dims(c, batch, seq);
@@ -412,6 +416,7 @@ const float* GPT::run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, 
   s.rounded_used = 0;
   detail::set_segments(c, batch, seq, cached, options, s);
   s.inference = inference;
+  s.micro_batch = false;
   s.cached = cached;
   s.x.resize(static_cast<size_t>(c.n_layer + 1));
   s.blocks.resize(static_cast<size_t>(c.n_layer));
@@ -680,20 +685,6 @@ double GPT::loss(ThreadContext& ctx, const int32_t* tokens, const int32_t* targe
   check(config_.lm_head, "loss: the model has no LM head (an encoder's hidden states)");
   const float* logits = forward(ctx, tokens, batch, seq, options);
   return ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, logits, targets, nullptr);
-}
-
-double GPT::forward_backward(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets,
-                             int64_t batch, int64_t seq, const ForwardOptions& options) {
-  check(config_.lm_head,
-        "forward_backward: the model has no LM head (an encoder's hidden states); use backward() "
-        "with a gradient of the hidden states");
-  forward(ctx, tokens, batch, seq, options);
-  State& s = *state_;
-  float* dlogits = s.dlogits.get(batch * seq * config_.vocab_size);
-  const double loss =
-      ops::cross_entropy(ctx, {batch * seq, config_.vocab_size}, s.logits.ptr(), targets, dlogits);
-  backward(ctx, tokens, dlogits, options);
-  return loss;
 }
 
 }  // namespace headlight::model

@@ -63,6 +63,8 @@ struct GPT::State {
   std::vector<Segment> segments;  // of the last forward
   bool inference = false;         // the last forward kept no activations for a backward
   bool cached = false;            // the last forward was decoding (its rows attended the cache)
+  // The last forward_backward ran in micro-batches: this state holds the first one's activations.
+  bool micro_batch = false;
   // The last forward attended qkv rounded to bf16 (blocks[l].qkv16; then blocks[l].qkv may be
   // unwritten: see GPT::run).
   bool attended_bf16 = false;

@@ -368,15 +368,24 @@ void embedding_backward(ThreadContext& ctx, const EmbeddingShape& s, const int32
   });
 }
 
-double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float* logits,
-                     const int32_t* targets, float* dlogits) {
+int64_t counted_targets(int64_t rows, int64_t vocab, const int32_t* targets) {
   int64_t counted = 0;
-  for (int64_t r = 0; r < s.rows; ++r) {
-    check(targets[r] >= -1 && targets[r] < s.vocab,
+  for (int64_t r = 0; r < rows; ++r) {
+    check(targets[r] >= -1 && targets[r] < vocab,
           "targets: id {} at position {} is outside [0, {}) (−1 ignores a position)", targets[r], r,
-          s.vocab);
+          vocab);
     counted += targets[r] >= 0;
   }
+  return counted;
+}
+
+double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float* logits,
+                     const int32_t* targets, float* dlogits) {
+  check(s.counted >= 0, "cross_entropy: counted must be ≥ 0, got {}", s.counted);
+  const int64_t here = counted_targets(s.rows, s.vocab, targets);
+  check(s.counted == 0 || s.counted >= here,
+        "cross_entropy: counted ({}) is fewer than the {} targets counted here", s.counted, here);
+  const int64_t counted = s.counted > 0 ? s.counted : here;
   const float inv = counted > 0 ? 1.0f / static_cast<float>(counted) : 0.0f;
   const int64_t n = chunks(s.rows);
   std::vector<double> partial(static_cast<size_t>(n), 0.0);

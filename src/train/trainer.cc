@@ -79,6 +79,9 @@ void validate(const TrainOptions& o, const model::GPTConfig& c) {
   check(c.causal || (o.mask_fraction > 0 && o.mask_fraction < 1),
         "mask_fraction: must be in (0, 1) for an encoder, got {}", o.mask_fraction);
   check(!o.resume || !o.out.empty(), "resume: needs the checkpoint path (out)");
+  check(o.micro_batches >= 0, "micro_batches: must be ≥ 0, got {}", o.micro_batches);
+  check(o.micro_batches <= 1 || o.batch % o.micro_batches == 0,
+        "micro_batches: {} does not divide the batch of {} sequences", o.micro_batches, o.batch);
 }
 
 Batch make_batch(std::span<const int32_t> data, const model::GPTConfig& c, int64_t batch,
@@ -150,6 +153,7 @@ TrainResult train_model(ThreadContext& ctx, model::GPT& m, const model::Tokenize
     model::ForwardOptions fo;
     fo.train = true;
     fo.gate_grads = false;  // the gates are not trained
+    fo.micro_batches = o.micro_batches;
     fo.seed = mix(o.seed, 0xD809, static_cast<uint64_t>(step));
     m.zero_grads();
     const double loss =

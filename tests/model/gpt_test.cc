@@ -579,5 +579,105 @@ TEST(Sampling, GreedyTopKAndTopP) {
       {"temperature"});
 }
 
+// A step in micro-batches (ForwardOptions::micro_batches) has the same bits for any thread count:
+// whole parts on one thread each when the threads divide them (2 and 4 parts on 2 and 4 threads),
+// in turn otherwise (1 and 3 threads); in float32 and mixed precision, with dropout.
+TEST(GPT, MicroBatchedStepIsBitwiseTheSameForAnyThreadCount) {
+  GPTConfig c = small_config();
+  c.dropout = 0.1f;
+  const auto x = tokens_for(4 * 24, c.vocab_size, 5), y = tokens_for(4 * 24, c.vocab_size, 6);
+  for (DType dtype : {DType::f32, DType::bf16})
+    for (int64_t parts : {2, 4}) {
+      ForwardOptions o;
+      o.train = true;
+      o.seed = 99;
+      o.gate_grads = false;
+      o.micro_batches = parts;
+      std::vector<std::vector<float>> grads;
+      std::vector<double> losses;
+      for (int threads : {1, 2, 3, 4}) {
+        GPT m(c, 3);
+        m.set_dtype(dtype);
+        ThreadContext ctx(threads);
+        losses.push_back(m.forward_backward(ctx, x.data(), y.data(), 4, 24, o));
+        grads.emplace_back(m.grads(), m.grads() + m.layout().total());
+      }
+      for (size_t i = 1; i < losses.size(); ++i) {
+        EXPECT_EQ(losses[i], losses[0]) << dtype_name(dtype) << " " << parts << " parts, " << i;
+        EXPECT_EQ(grads[i], grads[0]) << dtype_name(dtype) << " " << parts << " parts, " << i;
+      }
+    }
+}
+
+// Without dropout the parts compute the whole batch's step: the mean over the whole batch's
+// targets (ignored targets fall unevenly on the parts, so a mean per part would differ), the same
+// gradients up to the order of their sums, added into grads() like the whole batch's (a second
+// step without zero_grads doubles them: the parts' own arenas start each step at zero).
+TEST(GPT, MicroBatchesComputeTheWholeBatchsStep) {
+  const GPTConfig c = small_config();
+  const auto x = tokens_for(4 * 24, c.vocab_size, 5);
+  auto y = tokens_for(4 * 24, c.vocab_size, 6);
+  for (int64_t i = 0; i < 30; ++i) y[static_cast<size_t>(i)] = -1;  // 30 of the first part's 48
+  ForwardOptions o;
+  o.gate_grads = false;
+  ThreadContext ctx(2);
+  o.micro_batches = 1;
+  GPT whole(c, 3);
+  const double want = whole.forward_backward(ctx, x.data(), y.data(), 4, 24, o);
+  const int64_t n = whole.layout().total();
+  const std::vector<float> g(whole.grads(), whole.grads() + n);
+  float scale = 0.0f;
+  for (const float v : g) scale = std::max(scale, std::abs(v));
+  for (int64_t parts : {2, 4}) {
+    o.micro_batches = parts;
+    GPT m(c, 3);
+    const double got = m.forward_backward(ctx, x.data(), y.data(), 4, 24, o);
+    EXPECT_NEAR(got, want, 1e-6 * std::abs(want)) << parts;
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(m.grads()[i], g[size_t(i)], 1e-5 * scale) << i;
+    m.forward_backward(ctx, x.data(), y.data(), 4, 24, o);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(m.grads()[i], 2 * g[size_t(i)], 2e-5 * scale) << i;
+  }
+}
+
+TEST(GPT, MicroBatchesComeFromTheShapeAndAreRefusedByName) {
+  GPTConfig c = small_config();
+  c.block_size = 256;
+  GPT m(c, 3);
+  ForwardOptions o;
+  o.gate_grads = false;
+  // Halved while a part keeps kMicroBatchRows rows, up to kMaxMicroBatches parts.
+  EXPECT_EQ(m.micro_batches_for(16, 128, o), 2);
+  EXPECT_EQ(m.micro_batches_for(16, 64, o), 1);
+  EXPECT_EQ(m.micro_batches_for(64, 128, o), 8);
+  EXPECT_EQ(m.micro_batches_for(256, 256, o), kMaxMicroBatches);
+  EXPECT_EQ(m.micro_batches_for(15, 256, o), 1);  // an odd batch
+  EXPECT_EQ(m.micro_batches_for(12, 256, o), 2);  // 3 of 1024 rows do not halve
+  ForwardOptions gates = o;
+  gates.gate_grads = true;
+  EXPECT_EQ(m.micro_batches_for(16, 128, gates), 1);
+  ForwardOptions packed = o;
+  packed.lengths = {100, 28};
+  EXPECT_EQ(m.micro_batches_for(16, 128, packed), 1);
+  ThreadContext ctx(2);
+  const auto x = tokens_for(4 * 24, c.vocab_size, 5), y = tokens_for(4 * 24, c.vocab_size, 6);
+  ForwardOptions bad = o;
+  bad.micro_batches = 3;
+  expect_error([&] { m.forward_backward(ctx, x.data(), y.data(), 4, 24, bad); },
+               {"micro_batches", "3 does not divide the batch of 4"});
+  bad.micro_batches = -1;
+  expect_error([&] { m.micro_batches_for(4, 24, bad); }, {"micro_batches", "≥ 0"});
+  gates.micro_batches = 2;
+  expect_error([&] { m.forward_backward(ctx, x.data(), y.data(), 4, 24, gates); },
+               {"micro_batches", "gate_grads"});
+  ForwardOptions split = o;
+  split.micro_batches = 2;
+  m.forward_backward(ctx, x.data(), y.data(), 4, 24, split);
+  std::vector<float> dout(4 * 24 * c.vocab_size, 1.0f);
+  expect_error([&] { m.backward(ctx, x.data(), dout.data(), split); },
+               {"backward", "micro-batches", "forward() first"});
+  m.forward(ctx, x.data(), 4, 24, split);  // a whole forward, then its backward
+  m.backward(ctx, x.data(), dout.data(), split);
+}
+
 }  // namespace
 }  // namespace headlight::model

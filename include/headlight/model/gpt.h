@@ -67,7 +67,22 @@ struct ForwardOptions {
   // Backward: false skips the heads' gates' gradients (training does not read them); where a
   // layer's gates are not all 1 they still scale the output gradient.
   bool gate_grads = true;
+  // forward_backward: the batch's sequences in this many equal micro-batches, each forward and
+  // backward whole on one thread when their count is a multiple of the thread count (so that its
+  // activations never cross between cores), their weight gradients added in micro-batch order. 0:
+  // chosen from the shape, never from the thread count (kMicroBatchRows; 1 when the step does not
+  // qualify), so the bits are the same for any thread count; 1: the whole batch at once. More than
+  // 1 needs a step that qualifies (micro_batches_for): the weights' gradients without the gates'
+  // (gate_grads false, every gate 1), no probabilities or statistics, no packed sequences.
+  int64_t micro_batches = 0;
 };
+
+// The automatic choice of ForwardOptions::micro_batches: halving the batch while each part keeps at
+// least this many rows (tokens), up to kMaxMicroBatches parts whose extra gradient arenas (one a
+// part after the first) take at most kMicroBatchArenaBytes.
+constexpr int64_t kMicroBatchRows = 1024;
+constexpr int64_t kMaxMicroBatches = 8;
+constexpr int64_t kMicroBatchArenaBytes = int64_t{256} << 20;
 
 class GPT {
  public:
@@ -117,7 +132,8 @@ class GPT {
   const float* forward(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
                        const ForwardOptions& options = {});
   // The forward, the mean cross-entropy against targets [B, T] (−1 ignores a position), and the
-  // backward: gradients are added into grads() and gates().grads(). Returns the loss.
+  // backward: gradients are added into grads() and gates().grads(). Returns the loss. In
+  // micro-batches (ForwardOptions::micro_batches) backward() cannot follow it.
   double forward_backward(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets,
                           int64_t batch, int64_t seq, const ForwardOptions& options = {});
   // The backward of the last forward from the gradient of its output (doutput, the shape forward
@@ -125,6 +141,9 @@ class GPT {
   // be the forward's.
   void backward(ThreadContext& ctx, const int32_t* tokens, const float* doutput,
                 const ForwardOptions& options = {});
+  // The micro-batches forward_backward runs this step in (options.micro_batches resolved; throws
+  // naming it when it cannot be honoured).
+  int64_t micro_batches_for(int64_t batch, int64_t seq, const ForwardOptions& options) const;
   // The mean cross-entropy alone (no gradients).
   double loss(ThreadContext& ctx, const int32_t* tokens, const int32_t* targets, int64_t batch,
               int64_t seq, const ForwardOptions& options = {});
@@ -165,8 +184,11 @@ class GPT {
                     bool one_sequence = true) const;
   // The forward over tokens [B, T] at positions pos0…; with `cached`, keys and values go into the
   // KV cache and attention reads the whole cache (batch of one).
-  const float* run(ThreadContext& ctx, const int32_t* tokens, int64_t batch, int64_t seq,
+  const float* run(ThreadContext& ctx, State& s, const int32_t* tokens, int64_t batch, int64_t seq,
                    int64_t pos0, bool cached, const ForwardOptions& options);
+  // The backward of the forward held in s, its gradients added into G (an arena of the layout).
+  void backward_into(ThreadContext& ctx, State& s, float* G, const int32_t* tokens,
+                     const float* doutput, const ForwardOptions& options);
 
   GPTConfig config_;
   ParameterLayout layout_;
@@ -190,7 +212,11 @@ class GPT {
   // const accessors too: the gradients of a model that has run no backward read as zeros).
   mutable Tensor grads_;
   attention::HeadGates gates_;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<State> state_;  // (also the first micro-batch's)
+  // Micro-batches after the first: their activations and their gradient arenas (zero between
+  // steps: the step that adds one into grads_ zeroes it).
+  std::vector<std::unique_ptr<State>> part_states_;
+  std::vector<Tensor> part_grads_;
 };
 
 }  // namespace headlight::model

@@ -110,9 +110,14 @@ void embedding_backward(ThreadContext& ctx, const EmbeddingShape& s, const int32
 struct CrossEntropyShape {
   int64_t rows = 0;
   int64_t vocab = 0;
+  // The count the mean divides by: 0, the rows counted here; else the count over a whole batch
+  // of which these rows are a part (a micro-batch: the parts' losses then add up to the mean).
+  int64_t counted = 0;
 };
 double cross_entropy(ThreadContext& ctx, const CrossEntropyShape& s, const float* logits,
                      const int32_t* targets, float* dlogits);
+// The rows of targets [rows] that count (≥ 0); throws naming `targets` as cross_entropy does.
+int64_t counted_targets(int64_t rows, int64_t vocab, const int32_t* targets);
 
 // sums[j] += Σ_r x[r·ldx + j] (j < cols), each column added in row order in double (one thread,
 // SIMD across columns): a bias gradient's column sums.

@@ -26,6 +26,9 @@ struct TrainOptions {
   LrSchedule schedule{.lr = 2e-3f, .min_lr = 2e-4f, .warmup = 100, .total = 1500};
   AdamWConfig adam{};
   float grad_clip = 1.0f;  // ≤ 0: off
+  // Micro-batches per step (model::ForwardOptions::micro_batches): 0 chosen from the shape, 1 the
+  // whole batch at once, n > 1 must divide batch.
+  int64_t micro_batches = 0;
   int64_t eval_every = 250;
   int64_t eval_batches = 8;
   int64_t log_every = 10;        // metrics log lines
