@@ -93,7 +93,7 @@ double GPT::forward_backward(ThreadContext& ctx, const int32_t* tokens, const in
     if (part_grads_[static_cast<size_t>(i)].numel() != n)
       part_grads_[static_cast<size_t>(i)] = Tensor::zeros({n});
   std::vector<double> losses(static_cast<size_t>(parts), 0.0);
-  ctx.parallel_parts(parts, [&](int64_t i, ThreadContext& pc) {
+  auto run_part = [&](int64_t i, ThreadContext& pc) {
     State& s = i == 0 ? *state_ : *part_states_[static_cast<size_t>(i - 1)];
     float* g = i == 0 ? G : part_grads_[static_cast<size_t>(i - 1)].data();
     ForwardOptions o = options;
@@ -107,7 +107,13 @@ double GPT::forward_backward(ThreadContext& ctx, const int32_t* tokens, const in
                            targets + i * part_rows, dlogits);
     backward_into(pc, s, g, t, dlogits, o);
     s.micro_batch = true;
-  });
+  };
+  try {
+    ctx.parallel_parts(parts, run_part);
+  } catch (...) {  // (a part that failed may have added some of its gradients: start at zero again)
+    for (int64_t i = 0; i < parts - 1; ++i) part_grads_[static_cast<size_t>(i)].fill(0.0f);
+    throw;
+  }
   // grads() += the other parts' gradients, in part order; each arena left zero for the next step.
   ctx.parallel_for(n, [&](Range r, int) {
     for (int64_t i = 0; i < parts - 1; ++i) {

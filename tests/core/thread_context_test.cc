@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <vector>
 
 #include "headlight/core/cpu_info.h"
@@ -32,6 +33,43 @@ TEST(ThreadContext, ParallelForVisitsEachItem) {
     for (int64_t i = r.begin; i < r.end; ++i) hits[static_cast<size_t>(i)] += 1;
   });
   for (int h : hits) EXPECT_EQ(h, 1);
+}
+
+// parallel_parts: with the thread count dividing the parts, worker w runs parts w, w + T, … on a
+// single-thread context of its own (the same one each time, kept); otherwise every part runs on
+// the context itself, in order. An exception in a part comes out of the call after every other
+// part has run.
+TEST(ThreadContext, ParallelPartsRunsWholePartsOnSingleThreadContexts) {
+  ThreadContext ctx(2);
+  std::vector<int> hits(6, 0), worker(6, -1);
+  std::vector<ThreadContext*> used(6, nullptr);
+  ctx.parallel_parts(6, [&](int64_t i, ThreadContext& pc) {
+    hits[static_cast<size_t>(i)] += 1;
+    worker[static_cast<size_t>(i)] = omp_get_thread_num();
+    used[static_cast<size_t>(i)] = &pc;
+    EXPECT_EQ(pc.num_threads(), 1);
+  });
+  const std::vector<ThreadContext*> singles = ctx.singles();
+  ASSERT_EQ(singles.size(), 2u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(hits[i], 1) << i;
+    EXPECT_EQ(worker[i], static_cast<int>(i % 2)) << i;
+    EXPECT_EQ(used[i], singles[i % 2]) << i;
+  }
+  std::vector<int64_t> order;
+  ctx.parallel_parts(3, [&](int64_t i, ThreadContext& pc) {  // 3 parts on 2 threads: in turn
+    order.push_back(i);
+    EXPECT_EQ(&pc, &ctx);
+  });
+  EXPECT_EQ(order, (std::vector<int64_t>{0, 1, 2}));
+  std::vector<int> done(4, 0);
+  EXPECT_THROW(ctx.parallel_parts(4,
+                                  [&](int64_t i, ThreadContext&) {
+                                    if (i == 1) throw std::runtime_error("part 1");
+                                    done[static_cast<size_t>(i)] = 1;
+                                  }),
+               std::runtime_error);
+  EXPECT_EQ(done, (std::vector<int>{1, 0, 1, 0}));  // worker 1 stopped at its first part
 }
 
 TEST(ThreadContext, ScratchIsAlignedAndReused) {
