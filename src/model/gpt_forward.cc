@@ -146,14 +146,22 @@ void add_type_embeddings(ThreadContext& ctx, const GPTConfig& c, const Dims& d,
   });
 }
 
-uint64_t attention_dropout_seed(uint64_t seed, int64_t layer, size_t segment) {
-  const auto bits = philox4x32(seed, 0xA77E + segment, static_cast<uint64_t>(layer));
+namespace {
+
+// A seed derived from `seed` and a counter (hi, lo): Philox's first two words.
+uint64_t derived_seed(uint64_t seed, uint64_t hi, uint64_t lo) {
+  const auto bits = philox4x32(seed, hi, lo);
   return bits[0] | (static_cast<uint64_t>(bits[1]) << 32);
 }
 
+}  // namespace
+
+uint64_t attention_dropout_seed(uint64_t seed, int64_t layer, size_t segment) {
+  return derived_seed(seed, 0xA77E + segment, static_cast<uint64_t>(layer));
+}
+
 uint64_t micro_batch_seed(uint64_t seed, int64_t part) {
-  const auto bits = philox4x32(seed, 0x3B1C, static_cast<uint64_t>(part));
-  return bits[0] | (static_cast<uint64_t>(bits[1]) << 32);
+  return derived_seed(seed, 0x3B1C, static_cast<uint64_t>(part));
 }
 
 void set_segments(const GPTConfig& c, int64_t batch, int64_t seq, bool cached,
