@@ -219,7 +219,10 @@ PeakMeasurement measure_bf16_peak(ThreadContext& ctx, int repeats, double second
 }
 
 ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes)
-    : buffer_(std::max<size_t>(bytes / sizeof(float) / 1024, 1) * 1024, 1.0f) {}
+    : buffer_(DType::f32,
+              {static_cast<int64_t>(std::max<size_t>(bytes / sizeof(float) / 1024, 1) * 1024)}) {
+  buffer_.fill(1.0f);
+}
 
 double read_pass(ThreadContext& ctx, const void* data, size_t bytes, std::vector<float>& sinks) {
   using Clock = std::chrono::steady_clock;
@@ -239,7 +242,7 @@ double read_pass(ThreadContext& ctx, const void* data, size_t bytes, std::vector
 }
 
 double ReadBandwidthProbe::pass(ThreadContext& ctx) {
-  return read_pass(ctx, buffer_.data(), bytes(), sinks_);
+  return read_pass(ctx, buffer_.data<std::byte>(), bytes(), sinks_);
 }
 
 BandwidthMeasurement measure_read_bandwidth(ThreadContext& ctx, size_t bytes, int repeats) {

@@ -631,13 +631,14 @@ const ops::PackedWeight& GPT::packed_weight(ThreadContext& ctx, int64_t offset, 
                                             int64_t out_features) {
   if (packed_stale_) {
     packed_.clear();
+    packed_store_.clear();
     packed_stale_ = false;
   }
   ops::PackedWeight& w = packed_[offset];
   if (w.in_features() != in_features || w.out_features() != out_features) {
     Tensor rounded(DType::bf16, {out_features * in_features});  // [out, in], as the arena holds it
     to_bf16(ctx, params_.data() + offset, rounded.data<bf16>(), out_features * in_features);
-    w = ops::PackedWeight(rounded.data<bf16>(), in_features, out_features);
+    w = ops::PackedWeight(rounded.data<bf16>(), in_features, out_features, &packed_store_);
   }
   return w;
 }

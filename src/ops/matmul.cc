@@ -30,7 +30,7 @@ const dnnl::engine& cpu_engine() {
 
 struct PackedWeight::Impl {
   int64_t in, out;
-  dnnl::memory memory;  // Wᵀ [in, out] in the layout oneDNN chose (it owns the buffer)
+  dnnl::memory memory;  // Wᵀ [in, out] in the layout oneDNN chose (in a store, or its own buffer)
   bool any_rows;        // many rows get the same layout (serves)
 };
 
@@ -67,7 +67,32 @@ size_t PackedWeight::bytes() const {
   return impl_ ? impl_->memory.get_desc().get_size() : 0;
 }
 
-PackedWeight::PackedWeight(const bf16* weight, int64_t in_features, int64_t out_features) {
+std::byte* PackedWeightStore::take(size_t bytes) {
+  bytes = (bytes + 63) / 64 * 64;
+  const auto capacity = [](const Tensor& t) { return static_cast<size_t>(t.numel()) * 2; };
+  if (chunks_.empty() || used_ + bytes > capacity(chunks_.back())) {
+    const size_t chunk = std::max(bytes, kChunkBytes);
+    chunks_.emplace_back(DType::bf16, Shape{static_cast<int64_t>(chunk / 2)});
+    used_ = 0;
+  }
+  std::byte* at = chunks_.back().data<std::byte>() + used_;
+  used_ += bytes;
+  return at;
+}
+
+void PackedWeightStore::clear() {
+  chunks_.clear();
+  used_ = 0;
+}
+
+size_t PackedWeightStore::reserved() const {
+  size_t n = 0;
+  for (const Tensor& t : chunks_) n += static_cast<size_t>(t.numel()) * 2;
+  return n;
+}
+
+PackedWeight::PackedWeight(const bf16* weight, int64_t in_features, int64_t out_features,
+                           PackedWeightStore* store) {
   check(in_features > 0 && out_features > 0, "PackedWeight: empty weight [{}, {}]", out_features,
         in_features);
   using dnnl::memory;
@@ -76,7 +101,9 @@ PackedWeight::PackedWeight(const bf16* weight, int64_t in_features, int64_t out_
   try {
     // The layout oneDNN's product picks for one input row (decoding).
     const memory::desc layout = weight_layout(1, in_features, out_features);
-    impl_ = std::make_unique<Impl>(Impl{in_features, out_features, memory(layout, cpu_engine()),
+    memory packed = store ? memory(layout, cpu_engine(), store->take(layout.get_size()))
+                          : memory(layout, cpu_engine());
+    impl_ = std::make_unique<Impl>(Impl{in_features, out_features, std::move(packed),
                                         weight_layout(512, in_features, out_features) == layout});
     memory src(plain, cpu_engine(), const_cast<bf16*>(weight));
     dnnl::stream stream(cpu_engine());

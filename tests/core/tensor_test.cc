@@ -16,6 +16,20 @@ TEST(Tensor, IsAlignedAndSized) {
   EXPECT_TRUE(t.view().is_contiguous());
 }
 
+TEST(Tensor, LargeTensorsStartOnA2MiBBoundary) {
+  // From 4 MiB a tensor starts on a 2 MiB boundary (where Linux may back it with huge pages);
+  // below, on a 64-byte one. Every element is writable and reads back.
+  for (const int64_t n : {int64_t{1} << 20, (int64_t{1} << 20) + 17, int64_t{3} << 20}) {
+    Tensor t(DType::f32, {n});
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % (uintptr_t{2} << 20), 0u) << n;
+    t.fill(2.5f);
+    EXPECT_EQ(t.data()[0], 2.5f);
+    EXPECT_EQ(t.data()[n - 1], 2.5f);
+  }
+  Tensor small(DType::bf16, {(int64_t{2} << 20) - 32});  // just under 4 MiB
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small.data()) % 64, 0u);
+}
+
 TEST(Tensor, ZeroSizedShapesAreAllowed) {
   Tensor t = Tensor::zeros({0, 4});
   EXPECT_EQ(t.numel(), 0);

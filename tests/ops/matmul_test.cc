@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -202,6 +203,30 @@ TEST(Matmul, MultiplyingEpilogueIsTheProductTimesTheFactorsRoundedOnce) {
   }
 }
 
+TEST(Matmul, APackedWeightStoreHandsOutAlignedMemoryInChunks) {
+  // Copies follow one another in a chunk, 64-byte aligned, and stay where they are when later
+  // ones open a new chunk; one larger than a chunk gets a chunk of its own; clear() drops all.
+  PackedWeightStore store;
+  EXPECT_EQ(store.reserved(), 0u);
+  std::byte* a = store.take(100);
+  std::byte* b = store.take(64);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(a) % 64, 0u);
+  EXPECT_EQ(b, a + 128);
+  EXPECT_EQ(store.reserved(), PackedWeightStore::kChunkBytes);
+  std::memset(a, 0x5a, 100);
+  std::byte* big = store.take(PackedWeightStore::kChunkBytes + 1);  // a chunk of its own
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % 64, 0u);
+  EXPECT_EQ(store.reserved(), 2 * PackedWeightStore::kChunkBytes + 64);
+  big[PackedWeightStore::kChunkBytes] = std::byte{1};
+  std::byte* c = store.take(PackedWeightStore::kChunkBytes - 64);  // does not fit after big
+  EXPECT_EQ(store.reserved(), 3 * PackedWeightStore::kChunkBytes + 64);
+  c[0] = std::byte{2};
+  for (int i = 0; i < 100; ++i) ASSERT_EQ(a[i], std::byte{0x5a});
+  EXPECT_EQ(store.take(64), c + PackedWeightStore::kChunkBytes - 64);  // the rest of c's chunk
+  store.clear();
+  EXPECT_EQ(store.reserved(), 0u);
+}
+
 TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
   // A weight packed once into oneDNN's blocked layout holds the same values: a product reading it
   // is the exact product of the bf16 values up to fp32 accumulation, as with the plain weight
@@ -224,6 +249,9 @@ TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
     to_bf16(x.data(), x16.data(), x.size());
     to_bf16(w.data(), w16.data(), w.size());
     const PackedWeight packed(w16.data(), d.in, d.out);
+    PackedWeightStore store;
+    const PackedWeight stored(w16.data(), d.in, d.out, &store);  // the same copy, in a store
+    EXPECT_EQ(stored.bytes(), packed.bytes());
     EXPECT_EQ(packed.in_features(), d.in);
     EXPECT_EQ(packed.out_features(), d.out);
     EXPECT_GE(packed.bytes(), static_cast<size_t>(d.in * d.out) * sizeof(bf16));
@@ -250,6 +278,9 @@ TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
         }
       for (int64_t i = 0; i < d.rows; ++i)  // the padding between rows is not written
         for (int64_t j = d.out; j < ldy; ++j) ASSERT_EQ(y[static_cast<size_t>(i * ldy + j)], 7.0f);
+      std::vector<float> ys(y.size(), 7.0f);
+      linear_forward_bf16(ctx, s, x16.data(), ldx, stored, bias.data(), ys.data(), ldy, act);
+      ASSERT_EQ(ys, y) << "the copy in a store gives other bits";
     }
   }
   std::vector<bf16> w16(12, to_bf16(0.5f));

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "headlight/core/tensor.h"
 #include "headlight/core/thread_context.h"
 
 namespace headlight {
@@ -106,17 +107,18 @@ struct BandwidthMeasurement {
 double read_pass(ThreadContext& ctx, const void* data, size_t bytes, std::vector<float>& sinks);
 
 // A buffer for repeated read-bandwidth passes (read_pass over `bytes`, much larger than the
-// caches), touched once when made. The decode benchmark interleaves its passes with the timed
-// runs so that both see the machine in the same state.
+// caches), touched once when made. It is a Tensor, on the pages the kernels' tensors get (2 MiB
+// where the system gives them). The decode benchmark interleaves its passes with the timed runs
+// so that both see the machine in the same state.
 class ReadBandwidthProbe {
  public:
   explicit ReadBandwidthProbe(size_t bytes = size_t{512} << 20);
   // One pass on ctx.num_threads() threads; its GB/s.
   double pass(ThreadContext& ctx);
-  size_t bytes() const { return buffer_.size() * sizeof(float); }
+  size_t bytes() const { return static_cast<size_t>(buffer_.numel()) * sizeof(float); }
 
  private:
-  std::vector<float> buffer_;
+  Tensor buffer_;
   std::vector<float> sinks_;  // keeps the sums alive
 };
 

@@ -205,7 +205,8 @@ class GPT {
   // of the time a plain bf16 weight takes), then kept until the parameters change.
   const ops::PackedWeight& packed_weight(ThreadContext& ctx, int64_t offset, int64_t in_features,
                                          int64_t out_features);
-  std::unordered_map<int64_t, ops::PackedWeight> packed_;  // by offset
+  ops::PackedWeightStore packed_store_;                    // (declared first: it outlives packed_)
+  std::unordered_map<int64_t, ops::PackedWeight> packed_;  // by offset, in packed_store_
   bool packed_stale_ = true;
   Tensor& grads_arena() const;  // grads_, zeroed on first use
   // [layout.total()], their gradients; empty until a backward or an accessor needs them (made in

@@ -9,8 +9,10 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "headlight/core/bf16.h"
+#include "headlight/core/tensor.h"
 #include "headlight/core/thread_context.h"
 #include "headlight/ops/layers.h"
 
@@ -22,11 +24,15 @@ namespace headlight::ops {
 // product itself: Zen 4, 2 threads, one row against W 1,536 × 576 took 48 µs plain and 13 µs
 // packed, and against SmolLM2's 49,152 × 576 LM head 3.5 ms and 1.9 ms (its bytes at 29 GB/s, the
 // machine's read bandwidth). For inference, where the weights stay fixed across calls.
+class PackedWeightStore;
+
 class PackedWeight {
  public:
   PackedWeight();
-  // W [out_features, in_features], row-major bf16; the copy is the same values.
-  PackedWeight(const bf16* weight, int64_t in_features, int64_t out_features);
+  // W [out_features, in_features], row-major bf16; the copy is the same values. With a store,
+  // the copy lies in the store's memory (which must outlive it); without, oneDNN allocates it.
+  PackedWeight(const bf16* weight, int64_t in_features, int64_t out_features,
+               PackedWeightStore* store = nullptr);
   PackedWeight(PackedWeight&&) noexcept;
   PackedWeight& operator=(PackedWeight&&) noexcept;
   ~PackedWeight();
@@ -48,6 +54,27 @@ class PackedWeight {
 
  private:
   std::unique_ptr<Impl> impl_;
+};
+
+// Memory for a model's packed weights: chunks of at least kChunkBytes, each a Tensor (so on 2 MiB
+// pages where the system gives them), the copies one after the other, 64-byte aligned. Decoding a
+// token streams every weight once: SmolLM2-135M in bf16 (270 MB of weights in 211 copies of
+// 0.1–3.4 MB and a 57 MB LM head), Zen 4, 2 threads, 400 greedy tokens: 83–87 tokens/s from the
+// store against 71–76 with oneDNN's own 4 KB-page buffers, both with the model's fp32 arena on
+// 2 MiB pages (docs/notes/2026-12-07-huge-pages-and-decode-rows.md). clear() drops every chunk:
+// drop the weights packed into them first.
+class PackedWeightStore {
+ public:
+  static constexpr size_t kChunkBytes = size_t{64} << 20;
+  // `bytes` of the store's memory, 64-byte aligned, for as long as the store is not cleared.
+  std::byte* take(size_t bytes);
+  void clear();
+  // Bytes of all chunks (taken or not).
+  size_t reserved() const;
+
+ private:
+  std::vector<Tensor> chunks_;
+  size_t used_ = 0;  // bytes taken from chunks_.back()
 };
 
 // A row-major matrix operand, optionally used transposed. With transposed = false it is

@@ -481,36 +481,44 @@ HEADLIGHT_BF16_TARGET inline void DecodeScoresBlock(const uint32_t* q, size_t ld
   }
 }
 
+// Runs of kRun keys, each run by blocks of query rows: the first block reads the run's key rows
+// from memory, the later ones from L1. A block is 4 rows up to D = 64 and 2 above: 3 or 4 rows of
+// D = 128 (12 or 16 query registers) ran 25–30% slower than 4 KB pages when the key rows were on
+// 2 MiB pages (numpy's large arrays, or the bench with madvise(MADV_HUGEPAGE)): 32 heads over 8,
+// 4,096 keys, one thread, 1.31–1.33 ms against 1.01–1.03; in blocks of 2 rows 0.90–0.93 on 2 MiB
+// pages and 1.01–1.04 on 4 KB ones (docs/notes/2026-12-07-huge-pages-and-decode-rows.md).
+template <size_t NV>
+HEADLIGHT_BF16_TARGET inline void DecodeScoresRuns(const uint32_t* q, size_t ldq, size_t rows,
+                                                   const uint32_t* k, size_t ldk, size_t cols,
+                                                   float scale, float* s, size_t lds,
+                                                   const DecodeAhead& ahead) {
+  constexpr size_t kRun = 32;  // keys (8 KB at D = 128)
+  constexpr size_t kBlock = NV <= 2 ? 4 : 2;
+  for (size_t c0 = 0; c0 < cols; c0 += kRun) {
+    const size_t n = std::min(kRun, cols - c0);
+    for (size_t r0 = 0; r0 < rows; r0 += kBlock) {
+      // The first block of rows reads the keys from memory: it prefetches.
+      DecodeAhead run_ahead{};
+      if (r0 == 0 && ahead.v) run_ahead = {ahead.v + c0 * ahead.ldv, ahead.ldv, ahead.width};
+      DecodeScoresBlock<NV>(q + r0 * ldq, ldq, std::min(kBlock, rows - r0), k + c0 * ldk, ldk, n,
+                            scale, s + r0 * lds + c0, lds, run_ahead);
+    }
+  }
+}
+
 HEADLIGHT_BF16_TARGET void decode_scores_bf16(const uint32_t* q, size_t ldq, size_t rows,
                                               const uint32_t* k, size_t ldk, size_t pairs,
                                               size_t cols, float scale, float* s, size_t lds,
                                               const DecodeAhead& ahead) {
-  constexpr size_t kRun = 32;  // keys: the later blocks of 4 rows read the run from L1
-  for (size_t c0 = 0; c0 < cols; c0 += kRun) {
-    const size_t n = std::min(kRun, cols - c0);
-    for (size_t r0 = 0; r0 < rows; r0 += 4) {
-      const size_t m = std::min<size_t>(4, rows - r0);
-      // The first block of rows reads the keys from memory: it prefetches.
-      DecodeAhead run_ahead{};
-      if (r0 == 0 && ahead.v) run_ahead = {ahead.v + c0 * ahead.ldv, ahead.ldv, ahead.width};
-      const uint32_t* qr = q + r0 * ldq;
-      const uint32_t* kc = k + c0 * ldk;
-      float* sr = s + r0 * lds + c0;
-      switch (pairs / 16) {
-        case 1:
-          DecodeScoresBlock<1>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
-          break;
-        case 2:
-          DecodeScoresBlock<2>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
-          break;
-        case 3:
-          DecodeScoresBlock<3>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
-          break;
-        default:
-          DecodeScoresBlock<4>(qr, ldq, m, kc, ldk, n, scale, sr, lds, run_ahead);
-          break;
-      }
-    }
+  switch (pairs / 16) {
+    case 1:
+      return DecodeScoresRuns<1>(q, ldq, rows, k, ldk, cols, scale, s, lds, ahead);
+    case 2:
+      return DecodeScoresRuns<2>(q, ldq, rows, k, ldk, cols, scale, s, lds, ahead);
+    case 3:
+      return DecodeScoresRuns<3>(q, ldq, rows, k, ldk, cols, scale, s, lds, ahead);
+    default:
+      return DecodeScoresRuns<4>(q, ldq, rows, k, ldk, cols, scale, s, lds, ahead);
   }
 }
 
