@@ -149,7 +149,7 @@ TensorView TensorView::with_rank(int64_t rank) const {
 // transparent huge pages (madvise, as numpy does for its large arrays): a stream over them
 // then needs one TLB entry per 2 MiB instead of 512, and on a virtual machine each 4 KB miss is
 // a walk of two page tables. Zen 4 under KVM, 2026-12-07: a streaming read of 512 MiB went from
-// 33–35 to 35–37 GB/s with the two vCPUs on one core complex and from 47–50 to 61 apart; decode
+// 33–35 to 35–37 GB/s with the two vCPUs on one core complex and from 47–54 to 58–64 apart; decode
 // from a bf16 cache (32 heads over 8, D = 128, 4,096 keys) from 0.52–0.56 to 0.47–0.50 ms
 // (docs/notes/2026-12-07-huge-pages-and-decode-rows.md).
 constexpr size_t kHugePageBytes = size_t{2} << 20;

@@ -58,9 +58,9 @@ class PackedWeight {
 
 // Memory for a model's packed weights: chunks of at least kChunkBytes, each a Tensor (so on 2 MiB
 // pages where the system gives them), the copies one after the other, 64-byte aligned. Decoding a
-// token streams every weight once: SmolLM2-135M in bf16 (270 MB of weights in 211 copies of
-// 0.1–3.4 MB and a 57 MB LM head), Zen 4, 2 threads, 400 greedy tokens: 83–87 tokens/s from the
-// store against 71–76 with oneDNN's own 4 KB-page buffers, both with the model's fp32 arena on
+// token streams every weight once: SmolLM2-135M in bf16 (270 MB of weights in 120 copies of
+// 0.66–3.5 MB and a 57 MB LM head), Zen 4, 2 threads, 400 greedy tokens: 82–88 tokens/s from the
+// store against 71–78 with oneDNN's own 4 KB-page buffers, both with the model's fp32 arena on
 // 2 MiB pages (docs/notes/2026-12-07-huge-pages-and-decode-rows.md). clear() drops every chunk:
 // drop the weights packed into them first.
 class PackedWeightStore {

@@ -482,11 +482,11 @@ HEADLIGHT_BF16_TARGET inline void DecodeScoresBlock(const uint32_t* q, size_t ld
 }
 
 // Runs of kRun keys, each run by blocks of query rows: the first block reads the run's key rows
-// from memory, the later ones from L1. A block is 4 rows up to D = 64 and 2 above: 3 or 4 rows of
-// D = 128 (12 or 16 query registers) ran 25–30% slower than 4 KB pages when the key rows were on
-// 2 MiB pages (numpy's large arrays, or the bench with madvise(MADV_HUGEPAGE)): 32 heads over 8,
-// 4,096 keys, one thread, 1.31–1.33 ms against 1.01–1.03; in blocks of 2 rows 0.90–0.93 on 2 MiB
-// pages and 1.01–1.04 on 4 KB ones (docs/notes/2026-12-07-huge-pages-and-decode-rows.md).
+// from memory, the later ones from L1. A block is 4 rows up to D = 64 and 2 above: a block of 3 or
+// 4 rows at D = 128 (12 or 16 query registers) ran 20–30% slower with the keys on 2 MiB pages
+// (Tensors from 4 MiB, numpy's large arrays) than on 4 KB ones: 32 heads over 8, 4,096 keys, one
+// thread, 1.24–1.33 ms against 0.96–1.06; in blocks of 2 rows 0.82–0.83 on 2 MiB pages and
+// 0.99–1.06 on 4 KB ones (docs/notes/2026-12-07-huge-pages-and-decode-rows.md).
 template <size_t NV>
 HEADLIGHT_BF16_TARGET inline void DecodeScoresRuns(const uint32_t* q, size_t ldq, size_t rows,
                                                    const uint32_t* k, size_t ldk, size_t cols,
