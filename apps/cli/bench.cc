@@ -75,11 +75,15 @@ void add_bench_bandwidth(CLI::App& bench) {
     if (bw->json) {
       fmt::print("{}\n", nlohmann::json{{"gbytes_per_second", r.gbytes_per_second},
                                         {"bytes", r.bytes},
-                                        {"threads", r.threads}}
+                                        {"threads", r.threads},
+                                        {"handoff_ns", r.handoff_ns}}
                              .dump(2));
     } else {
       fmt::print("read bandwidth: {:.1f} GB/s on {} thread(s) ({} MiB buffer)\n",
                  r.gbytes_per_second, r.threads, bw->mib);
+      if (r.handoff_ns > 0)
+        fmt::print("  the threads handed a cache line over in {:.0f} ns just before\n",
+                   r.handoff_ns);
     }
   });
 }
@@ -316,7 +320,10 @@ void add_bench_attention(CLI::App& bench) {
                   {"fraction_of_bandwidth", r.fraction_of_bandwidth},
                   {"kv_read_gbytes_per_second", r.kv_read_gbytes_per_second},
                   {"fraction_of_kv_read", r.fraction_of_kv_read},
-                  {"kv_copies", r.kv_copies}});
+                  {"kv_copies", r.kv_copies},
+                  {"handoff_ns", r.handoff_ns},
+                  {"handoff_ns_min", r.handoff_ns_min},
+                  {"handoff_ns_max", r.handoff_ns_max}});
       fmt::print("{}\n", j.dump(2));
       return;
     }
@@ -337,6 +344,13 @@ void add_bench_attention(CLI::App& bench) {
           r.kv_gbytes_per_second, 100 * r.fraction_of_bandwidth, r.bandwidth_gbytes_per_second,
           r.kv_copies, r.kv_bytes * static_cast<double>(r.kv_copies) / (1 << 20),
           100 * r.fraction_of_kv_read, r.kv_read_gbytes_per_second);
+    if (r.kv_bytes > 0 && r.handoff_ns > 0)
+      fmt::print(
+          "  the threads handed a cache line over in {:.0f} ns (median after each run; "
+          "{:.0f}–{:.0f}): "
+          "on a virtual machine, tens of ns where the vCPUs share a core complex, hundreds where "
+          "they do not\n",
+          r.handoff_ns, r.handoff_ns_min, r.handoff_ns_max);
   });
 }
 

@@ -1,6 +1,6 @@
 """`headlight bench attention` on a decode shape: the key/value rate against both references it
 measures in the same run (the probe's own buffer, and the same streaming read over the very K and
-V copies the runs read), each fraction the rate over its reference."""
+V copies the runs read), each fraction the rate over its reference; the threads' hand-off latency."""
 
 import json
 import subprocess
@@ -28,6 +28,17 @@ def test_decode_reports_its_rate_against_the_probe_and_its_own_copies(layout):
                                 ("kv_read_gbytes_per_second", "fraction_of_kv_read")]:
         assert d[reference] > 0.1, (reference, d[reference])  # GB/s: a real read, not 0
         assert d[fraction] == pytest.approx(d["kv_gbytes_per_second"] / d[reference])
+    # Where the two threads were: the hand-off latency after each run, median within its range.
+    assert 0 < d["handoff_ns_min"] <= d["handoff_ns"] <= d["handoff_ns_max"]
+
+
+def test_one_thread_reports_no_handoff():
+    r = subprocess.run(
+        [str(CLI), "bench", "attention", "--seq", "1", "--seq-kv", "256", "--heads", "4",
+         "--kv-heads", "2", "--head-dim", "64", "--threads", "1", "--runs", "2", "--warmup", "0",
+         "--json"],
+        capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(r.stdout)["handoff_ns"] == 0
 
 
 def test_a_forward_shape_reports_no_read_rates():

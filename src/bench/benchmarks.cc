@@ -49,8 +49,9 @@ BandwidthReport measure_bandwidth(int threads, int64_t mib) {
   check(threads > 0, "threads: must be positive, got {}", threads);
   check(mib > 0 && mib <= (int64_t{1} << 20), "mib: must be in [1, 1048576], got {}", mib);
   ThreadContext ctx(threads);
+  const double handoff = measure_handoff_ns(ctx);
   BandwidthMeasurement m = measure_read_bandwidth(ctx, static_cast<size_t>(mib) << 20);
-  return BandwidthReport{m.gbytes_per_second, static_cast<double>(m.bytes), threads};
+  return BandwidthReport{m.gbytes_per_second, static_cast<double>(m.bytes), threads, handoff};
 }
 
 MatmulBenchReport bench_matmul(const MatmulBenchConfig& c) {
@@ -314,7 +315,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
   // compare the medians. The probe's buffer is made before the resident set is sampled, so it is
   // not counted as the kernel's memory.
   std::unique_ptr<ReadBandwidthProbe> probe;
-  std::vector<double> bandwidth, kv_read;
+  std::vector<double> bandwidth, kv_read, handoff;
   std::vector<float> sinks;
   std::function<void()> between;
   if (decode) {
@@ -328,6 +329,7 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
       const double tk = kb / read_pass(ctx, ks.data<std::byte>(), static_cast<size_t>(kb), sinks);
       const double tv = vb / read_pass(ctx, vs.data<std::byte>(), static_cast<size_t>(vb), sinks);
       kv_read.push_back((kb + vb) / (tk + tv));
+      handoff.push_back(measure_handoff_ns(ctx));
     };
   }
   reset_peak_resident();
@@ -347,6 +349,11 @@ AttentionBenchReport bench_attention(const AttentionBenchConfig& config) {
     r.fraction_of_bandwidth = r.kv_gbytes_per_second / r.bandwidth_gbytes_per_second;
     r.kv_read_gbytes_per_second = median_of(kv_read);
     r.fraction_of_kv_read = r.kv_gbytes_per_second / r.kv_read_gbytes_per_second;
+    if (!handoff.empty()) {
+      r.handoff_ns = median_of(handoff);
+      r.handoff_ns_min = *std::min_element(handoff.begin(), handoff.end());
+      r.handoff_ns_max = *std::max_element(handoff.begin(), handoff.end());
+    }
   }
   return r;
 }

@@ -218,6 +218,43 @@ PeakMeasurement measure_bf16_peak(ThreadContext& ctx, int repeats, double second
   return result;
 }
 
+double measure_handoff_ns(ThreadContext& ctx, int trips) {
+  if (ctx.num_threads() < 2 || trips <= 0) return 0.0;
+  using Clock = std::chrono::steady_clock;
+  struct alignas(64) Line {
+    std::atomic<int64_t> flag{0};
+  };
+  Line line;
+  double ns = 0.0;
+  const auto relax = [] {
+#if defined(__x86_64__) || defined(_M_X64)
+    __builtin_ia32_pause();
+#endif
+  };
+#pragma omp parallel num_threads(2)
+  {
+    if (omp_get_num_threads() == 2) {  // the same for both, so neither waits alone
+      const int w = omp_get_thread_num();
+      // Trips [0, warm) untimed: a thread just made or woken takes microseconds to answer.
+      const int64_t warm = std::min<int64_t>(trips, 200), total = warm + trips;
+      Clock::time_point t0;
+      for (int64_t i = 0; i < total; ++i) {
+        if (w == 0) {
+          if (i == warm) t0 = Clock::now();
+          line.flag.store(2 * i + 1, std::memory_order_release);
+          while (line.flag.load(std::memory_order_acquire) != 2 * i + 2) relax();
+        } else {
+          while (line.flag.load(std::memory_order_acquire) != 2 * i + 1) relax();
+          line.flag.store(2 * i + 2, std::memory_order_release);
+        }
+      }
+      if (w == 0)
+        ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / trips / 2;
+    }
+  }
+  return ns;
+}
+
 ReadBandwidthProbe::ReadBandwidthProbe(size_t bytes)
     : buffer_(DType::f32,
               {static_cast<int64_t>(std::max<size_t>(bytes / sizeof(float) / 1024, 1) * 1024)}) {

@@ -1,10 +1,11 @@
 // HEADLIGHT_ISA's restrictions (force_isa): which bf16 instructions beyond Highway's targets each
-// name leaves to the kernels, and the error for an unknown name.
+// name leaves to the kernels, and the error for an unknown name; the threads' hand-off latency.
 
 #include "headlight/core/cpu_info.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 
 #include "headlight/core/error.h"
@@ -39,6 +40,16 @@ TEST(ForceIsa, UnknownNamesAreRefusedByName) {
         << e.what();
   }
   force_isa("best");
+}
+
+TEST(Handoff, TwoThreadsHandALineOverAndOneThreadHasNoOne) {
+  // A few trips only: under ctest -j the other thread may wait for a time slice.
+  ThreadContext one(1), two(2);
+  EXPECT_EQ(measure_handoff_ns(one, 20), 0.0);
+  EXPECT_EQ(measure_handoff_ns(two, 0), 0.0);
+  const double ns = measure_handoff_ns(two, 20);
+  EXPECT_TRUE(std::isfinite(ns));
+  EXPECT_GT(ns, 0.0);
 }
 
 }  // namespace

@@ -45,6 +45,9 @@ struct BandwidthReport {
   double gbytes_per_second = 0;
   double bytes = 0;
   int threads = 1;
+  // The threads' hand-off latency (measure_handoff_ns) just before the passes: where a
+  // hypervisor has put the vCPUs (0 on one thread).
+  double handoff_ns = 0;
 };
 
 BandwidthReport measure_bandwidth(int threads, int64_t mib = 512);
@@ -109,10 +112,15 @@ struct AttentionBenchReport {
   double fraction_of_bandwidth = 0;
   // The same streaming read over the very K and V copies the runs read (its median, passes
   // interleaved with the runs as the probe's are), and the fraction against it. On a virtual
-  // machine a buffer's read rate depends on where its pages came from: the probe's own buffer
-  // has read 10–27% faster than the copies here (docs/performance.md).
+  // machine a buffer's read rate on 4 KB pages depends on which pages it drew: the probe's own
+  // buffer had read 10–32% faster than the copies here; on 2 MiB pages (Tensors from 4 MiB,
+  // where Linux gives them) the two read the same (docs/performance.md).
   double kv_read_gbytes_per_second = 0;
   double fraction_of_kv_read = 0;
+  // Decode shapes: the threads' hand-off latency (measure_handoff_ns) after each timed run, its
+  // median, least and most: on a virtual machine, where the hypervisor kept the vCPUs while the
+  // runs and the probe's passes ran (0 on one thread).
+  double handoff_ns = 0, handoff_ns_min = 0, handoff_ns_max = 0;
   // Decode shapes: how many copies of K and V the runs rotate over, so that each run reads them
   // from memory (1 otherwise).
   int64_t kv_copies = 1;
