@@ -109,8 +109,8 @@ double read_pass(ThreadContext& ctx, const void* data, size_t bytes, std::vector
 // One-way latency, in ns, of a cache line handed back and forth `trips` times between two threads
 // (workers 0 and 1 of a 2-thread region); 0 when ctx has one thread. On a virtual machine it
 // tells where the hypervisor has put the two vCPUs, which sets the memory's read rate there:
-// Zen 4 under KVM read 25–37 ns with both on one core complex (sharing its link to memory: the
-// read probe 33–37 GB/s) and 160–230 ns on two (58–64 GB/s), changing from second to second
+// Zen 4 under KVM read 31–36 ns with both on one core complex (sharing its link to memory: the
+// read probe 34–36 GB/s) and 110–140 ns on two (58–62 GB/s), changing from second to second
 // (docs/notes/2026-12-07-huge-pages-and-decode-rows.md).
 double measure_handoff_ns(ThreadContext& ctx, int trips = 2000);
 
