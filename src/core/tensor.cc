@@ -150,7 +150,9 @@ TensorView TensorView::with_rank(int64_t rank) const {
 // then needs one TLB entry per 2 MiB instead of 512, and on a virtual machine each 4 KB miss is
 // a walk of two page tables. Zen 4 under KVM, 2026-12-07: a streaming read of 512 MiB went from
 // 33–35 to 35–37 GB/s with the two vCPUs on one core complex and from 47–54 to 58–64 apart; decode
-// from a bf16 cache (32 heads over 8, D = 128, 4,096 keys) from 0.52–0.56 to 0.47–0.50 ms
+// from a bf16 cache (32 heads over 8, D = 128, 4,096 keys) from 0.52–0.56 to 0.47–0.50 ms. The
+// cost is at first touch, where a whole 2 MiB page is zeroed: a 4-second embedding job there
+// spent 0.3 s more in the kernel, a 16-second one no more in all
 // (docs/notes/2026-12-07-huge-pages-and-decode-rows.md).
 constexpr size_t kHugePageBytes = size_t{2} << 20;
 constexpr size_t kHugePagesFrom = size_t{4} << 20;
