@@ -227,6 +227,69 @@ TEST(Matmul, APackedWeightStoreHandsOutAlignedMemoryInChunks) {
   EXPECT_EQ(store.reserved(), 0u);
 }
 
+TEST(Matmul, APackedWeightKeepsEachProductApart) {
+  // A packed weight keeps the products made against it (PackedWeight::Impl::products), found
+  // again by everything they were made for. Twelve products that differ from each other in one
+  // thing each (rows, a's leading dimension or orientation, c's, alpha, beta, bias, activation,
+  // bf16 output, an element-wise multiplier), run twice in turn on one weight (more than it
+  // keeps, so the second round finds some and makes the others again), give the bits each gives
+  // on a weight of its own.
+  ThreadContext ctx(2);
+  const int64_t in = 40, out = 24, maxr = 3, ld = 64;
+  auto w = random_vector(static_cast<size_t>(out * in), 21);
+  std::vector<bf16> w16(w.size());
+  to_bf16(w.data(), w16.data(), w.size());
+  auto x = random_vector(static_cast<size_t>(ld * ld), 22);
+  std::vector<bf16> x16(x.size());
+  to_bf16(x.data(), x16.data(), x.size());
+  const auto bias = random_vector(static_cast<size_t>(out), 23);
+  const auto mul = random_vector(static_cast<size_t>(maxr * ld), 24);
+  struct Product {
+    int64_t rows, lda;
+    bool ta;
+    int64_t ldc;
+    float alpha, beta;
+    bool bias, gelu, out16, multiply;
+  };
+  const std::vector<Product> products = {
+      {1, in, false, out, 1, 0, false, false, false, false},
+      {3, in, false, out, 1, 0, false, false, false, false},
+      {3, in + 5, false, out, 1, 0, false, false, false, false},
+      {2, ld, true, out, 1, 0, false, false, false, false},
+      {3, in, false, out + 7, 1, 0, false, false, false, false},
+      {1, in, false, out, 0.5f, 0, false, false, false, false},
+      {1, in, false, out, 1, 1, false, false, false, false},
+      {1, in, false, out, 1, 0, true, false, false, false},
+      {1, in, false, out, 1, 0, false, true, false, false},
+      {1, in, false, out, 1, 0, false, false, true, false},
+      {1, in, false, out, 1, 0, false, false, false, true},
+      {3, in, false, out + 7, 2, 0, true, true, true, true},
+  };
+  auto run = [&](const PackedWeight& packed, const Product& q) {
+    std::vector<float> y(static_cast<size_t>(maxr * ld), 0.25f);
+    std::vector<bf16> y16(y.size(), to_bf16(0.25f));
+    matmul(ctx, {.rows = q.rows, .cols = in, .ld = q.lda, .transposed = q.ta, .bf16 = x16.data()},
+           {.rows = in, .cols = out, .packed = &packed},
+           {.data = q.out16 ? nullptr : y.data(),
+            .ld = q.ldc,
+            .alpha = q.alpha,
+            .beta = q.beta,
+            .bias = q.bias ? bias.data() : nullptr,
+            .activation = q.gelu ? std::optional<Activation>{Activation::gelu_erf} : std::nullopt,
+            .data16 = q.out16 ? y16.data() : nullptr,
+            .multiply = q.multiply ? mul.data() : nullptr,
+            .multiply_ld = q.multiply ? ld : 0});
+    for (size_t i = 0; i < y.size(); ++i) y[i] += to_float(y16[i]);  // both compared
+    return y;
+  };
+  std::vector<std::vector<float>> alone;
+  for (const Product& q : products) alone.push_back(run(PackedWeight(w16.data(), in, out), q));
+  const PackedWeight shared(w16.data(), in, out);
+  for (int round = 0; round < 2; ++round)
+    for (size_t i = 0; i < products.size(); ++i)
+      ASSERT_EQ(run(shared, products[i]), alone[i]) << "product " << i << ", round " << round;
+}
+
 TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
   // A weight packed once into oneDNN's blocked layout holds the same values: a product reading it
   // is the exact product of the bf16 values up to fp32 accumulation, as with the plain weight
