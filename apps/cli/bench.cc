@@ -15,7 +15,21 @@ namespace headlight::cli {
 namespace {
 
 nlohmann::json timing_json(const Timing& t) {
-  return {{"seconds_median", t.median}, {"seconds_min", t.min}, {"seconds", t.seconds}};
+  return {{"seconds_median", t.median},
+          {"seconds_min", t.min},
+          {"seconds", t.seconds},
+          {"other_cores", t.other_cores},
+          {"steal_cores", t.steal_cores}};
+}
+
+// On stderr (the JSON on stdout stays whole): the runs shared the machine. A process that keeps a
+// core busy can halve a 2-thread run whose threads spin between parallel regions.
+void warn_if_shared(const Timing& t) {
+  if (t.other_cores >= 0.25 || t.steal_cores >= 0.25)
+    fmt::print(stderr,
+               "warning: during the timed runs other processes kept {:.2f} cores busy and the "
+               "hypervisor took {:.2f} (steal): these figures may be low\n",
+               t.other_cores, t.steal_cores);
 }
 
 }  // namespace
@@ -107,6 +121,7 @@ void add_bench_matmul(CLI::App& bench) {
   matmul->callback([mm, mm_json, mm_dtype] {
     mm->dtype = *mm_dtype == "bf16" ? DType::bf16 : DType::f32;
     const bench::MatmulBenchReport r = bench::bench_matmul(*mm);
+    warn_if_shared(r.timing);
     if (*mm_json) {
       nlohmann::json j = timing_json(r.timing);
       j.update({{"m", mm->m},
@@ -291,6 +306,7 @@ void add_bench_attention(CLI::App& bench) {
                 : *kernel == "unfused" ? bench::AttentionKernel::unfused
                                        : bench::AttentionKernel::fused;
     const bench::AttentionBenchReport r = bench::bench_attention(*c);
+    warn_if_shared(r.timing);
     const bench::AttentionBenchConfig& k = r.config;
     if (*json) {
       nlohmann::json j = timing_json(r.timing);

@@ -118,3 +118,23 @@ def test_matmul_compare_refuses_a_bad_shape_by_name():
                         "64x0x32"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "--shapes" in r.stderr and "64x0x32" in r.stderr
+
+
+def test_a_busy_machine_is_reported_beside_the_figures():
+    """Another process spinning during the timed runs shows as other_cores (from /proc/stat, less
+    this process's own time) and a warning on stderr; the JSON on stdout stays whole."""
+    import sys
+    spinner = subprocess.Popen([sys.executable, "-c",
+                                "import time\nend = time.time() + 20\nwhile time.time() < end: pass"])
+    try:
+        r = subprocess.run([str(CLI), "bench", "matmul", "--m", "512", "--n", "1024", "--k", "1024",
+                            "--runs", "100", "--json"], capture_output=True, text=True, timeout=120,
+                           check=True)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    d = json.loads(r.stdout)
+    assert sum(d["seconds"]) > 0.2  # many ticks of /proc/stat's 10 ms
+    assert d["steal_cores"] >= 0
+    assert d["other_cores"] >= 0.25, d["other_cores"]
+    assert "other processes kept" in r.stderr and "may be low" in r.stderr, r.stderr
