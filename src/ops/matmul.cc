@@ -1,5 +1,6 @@
 #include "headlight/ops/matmul.h"
 
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -31,9 +32,13 @@ const dnnl::engine& cpu_engine() {
 }  // namespace
 
 // What a product against a packed weight is made for besides the weight: the rows of a, its
-// leading dimension and orientation, the output's, and the epilogue.
+// leading dimension and orientation, the output's, the epilogue, and the threads it splits its
+// work over (oneDNN plans a primitive for the thread count it is made under, as its own primitive
+// cache keys it).
 struct ProductKey {
   int64_t rows, lda, ldc, multiply_ld;
+  int threads;
+  bool in_parallel;
   bool a_transposed, out16, bias, multiply;
   float alpha, beta;
   int activation;  // −1: none
@@ -247,6 +252,8 @@ void matmul(ThreadContext& ctx, const MatrixArg& a, const MatrixArg& b, const Ou
                            .lda = a.ld,
                            .ldc = c.ld,
                            .multiply_ld = c.multiply ? c.multiply_ld : 0,
+                           .threads = omp_get_max_threads(),
+                           .in_parallel = omp_in_parallel() != 0,
                            .a_transposed = a.transposed,
                            .out16 = out16,
                            .bias = c.bias != nullptr,

@@ -233,7 +233,7 @@ TEST(Matmul, APackedWeightKeepsEachProductApart) {
   // thing each (rows, a's leading dimension or orientation, c's, alpha, beta, bias, activation,
   // bf16 output, an element-wise multiplier), run twice in turn on one weight (more than it
   // keeps, so the second round finds some and makes the others again), give the bits each gives
-  // on a weight of its own.
+  // on a weight of its own; so do they from a one-thread context after a two-thread one.
   ThreadContext ctx(2);
   const int64_t in = 40, out = 24, maxr = 3, ld = 64;
   auto w = random_vector(static_cast<size_t>(out * in), 21);
@@ -265,7 +265,7 @@ TEST(Matmul, APackedWeightKeepsEachProductApart) {
       {1, in, false, out, 1, 0, false, false, false, true},
       {3, in, false, out + 7, 2, 0, true, true, true, true},
   };
-  auto run = [&](const PackedWeight& packed, const Product& q) {
+  auto run = [&](const PackedWeight& packed, const Product& q, ThreadContext& on) {
     std::vector<float> y(static_cast<size_t>(maxr * ld), 0.25f);
     std::vector<bf16> y16(y.size(), to_bf16(0.25f));
     matmul(ctx, {.rows = q.rows, .cols = in, .ld = q.lda, .transposed = q.ta, .bf16 = x16.data()},
@@ -283,11 +283,19 @@ TEST(Matmul, APackedWeightKeepsEachProductApart) {
     return y;
   };
   std::vector<std::vector<float>> alone;
-  for (const Product& q : products) alone.push_back(run(PackedWeight(w16.data(), in, out), q));
+  for (const Product& q : products) alone.push_back(run(PackedWeight(w16.data(), in, out), q, ctx));
   const PackedWeight shared(w16.data(), in, out);
   for (int round = 0; round < 2; ++round)
     for (size_t i = 0; i < products.size(); ++i)
-      ASSERT_EQ(run(shared, products[i]), alone[i]) << "product " << i << ", round " << round;
+      ASSERT_EQ(run(shared, products[i], ctx), alone[i]) << "product " << i << ", round " << round;
+  // The same weight from a one-thread context, then from two again: products made for each.
+  ThreadContext one(1);
+  std::vector<std::vector<float>> alone_one;
+  for (const Product& q : products)
+    alone_one.push_back(run(PackedWeight(w16.data(), in, out), q, one));
+  for (size_t i = 0; i < products.size(); ++i)
+    ASSERT_EQ(run(shared, products[i], one), alone_one[i]) << "product " << i << ", one thread";
+  ASSERT_EQ(run(shared, products[11], ctx), alone[11]) << "two threads after one";
 }
 
 TEST(Matmul, PackedWeightsGiveTheExactProductOfTheirValues) {
