@@ -19,6 +19,12 @@ memory, any strides). Anything else — a CUDA tensor, float16 or float64, a flo
 grad (headlight does not compute the mask's gradient) — is refused with an error that names the
 argument; ``torch.nn.functional.scaled_dot_product_attention`` is the place for those.
 
+Under ``torch.autocast("cpu", dtype=torch.bfloat16)`` the float32 arguments (a float mask too) are
+cast to bfloat16 first, as autocast casts those of torch's own
+``scaled_dot_product_attention``: the output is then bfloat16, and the gradients reach float32
+leaves as float32. Under another autocast dtype (float16, for which headlight has no kernels) the
+arguments stay as they are.
+
 Threads: torch's (``torch.get_num_threads()``), passed to each call.
 
 Dropout draws its seed from torch's default generator (``torch.manual_seed`` fixes it); the random
@@ -217,6 +223,20 @@ def _check(name: str, t, dtypes) -> None:
                          f"{str(t.dtype).removeprefix('torch.')}")
 
 
+def _autocast(query, key, value, attn_mask):
+    """The arguments as CPU autocast hands them to torch's SDPA (module doc): float32 tensors in
+    bfloat16 when autocast's CPU dtype is bfloat16, the rest as they are."""
+    if torch.get_autocast_dtype("cpu") != torch.bfloat16:
+        return query, key, value, attn_mask
+
+    def cast(t):
+        if isinstance(t, torch.Tensor) and t.dtype == torch.float32:
+            return t.to(torch.bfloat16)
+        return t
+
+    return cast(query), cast(key), cast(value), cast(attn_mask)
+
+
 def scaled_dot_product_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                                  attn_mask: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                                  is_causal: bool = False, scale: Optional[float] = None,
@@ -231,6 +251,8 @@ def _attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable
     """(output, probabilities when need_probs), after checking the arguments: the operator
     while torch.compile traces, else the same kernels through _Sdpa (or directly, without
     autograd)."""
+    if torch.is_autocast_enabled("cpu"):
+        query, key, value, attn_mask = _autocast(query, key, value, attn_mask)
     for name, t in (("query", query), ("key", key), ("value", value)):
         _check(name, t, _DTYPES)
     if key.dtype != query.dtype or value.dtype != query.dtype:

@@ -165,6 +165,66 @@ def test_bfloat16_tensors_in_and_out():
         assert (got.double() - want).abs().max().item() <= 0.05 * scale
 
 
+def test_autocast_runs_bfloat16_as_torchs_sdpa_does():
+    """Under torch.autocast("cpu", bfloat16) float32 arguments (a float mask too) are cast to
+    bfloat16 as autocast casts torch's SDPA's: a bf16 output equal to the call on the cast tensors,
+    gradients back to the float32 leaves; other autocast dtypes leave float32 alone."""
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 40, 32, requires_grad=True) for _ in range(3))
+    mask = torch.randn(40, 40)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = ht.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        mixed = ht.scaled_dot_product_attention(q, k.detach().bfloat16(), v, attn_mask=mask)
+    assert out.dtype == theirs.dtype == torch.bfloat16
+    bq, bk, bv, bm = (t.detach().bfloat16().requires_grad_() for t in (q, k, v, mask))
+    want = ht.scaled_dot_product_attention(bq, bk, bv, attn_mask=bm.detach())
+    assert torch.equal(out, want) and torch.equal(mixed, want)
+    exact = F.scaled_dot_product_attention(*(t.detach().double() for t in (bq, bk, bv, bm)))
+    err = (out.double() - exact).abs().max().item()
+    assert err <= 2 * max((theirs.double() - exact).abs().max().item(), 2**-9)
+    go = torch.randn(out.shape).bfloat16()
+    out.backward(go)
+    want.backward(go)
+    for leaf_, cast in ((q, bq), (k, bk), (v, bv)):
+        assert leaf_.grad.dtype == torch.float32
+        assert torch.equal(leaf_.grad, cast.grad.float())
+    with torch.autocast("cpu", dtype=torch.float16):  # no float16 kernels: float32 as it is
+        o16 = ht.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    assert o16.dtype == torch.float32
+    assert torch.equal(o16, ht.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    # The module: its projections run in bf16 under autocast, and so does its attention.
+    torch.manual_seed(4)
+    mha = ht.MultiheadAttention(32, 4, batch_first=True)
+    ref = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+    ref.load_state_dict(mha.state_dict())
+    x = torch.randn(2, 40, 32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        got, _ = mha(x, x, x, need_weights=False, attn_mask=mask)
+        ref_out, _ = ref(x, x, x, need_weights=False, attn_mask=mask)
+    assert got.dtype == ref_out.dtype == torch.bfloat16
+    assert (got.float() - ref_out.float()).abs().max().item() <= 0.05 * ref_out.abs().max().item()
+
+
+def test_autocast_under_torch_compile_matches_eager():
+    torch.manual_seed(6)
+    q, k, v = (torch.randn(1, 2, 24, 16, requires_grad=True) for _ in range(3))
+
+    def f(q, k, v):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return ht.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    want = f(q, k, v)
+    torch._dynamo.reset()
+    got = torch.compile(f, fullgraph=True, backend="aot_eager")(q, k, v)
+    torch._dynamo.reset()
+    assert got.dtype == want.dtype == torch.bfloat16
+    assert torch.equal(got, want)
+    (gq,) = torch.autograd.grad(got.float().sum(), q)
+    (wq,) = torch.autograd.grad(want.float().sum(), q)
+    assert gq.dtype == torch.float32 and torch.equal(gq, wq)
+
+
 def test_inputs_are_read_in_place_and_never_written():
     q = torch.randn(2, 3, 8, 16)
     k = torch.randn(2, 3, 16, 8).transpose(-1, -2)  # strided: (2, 3, 8, 16) with last stride 8
