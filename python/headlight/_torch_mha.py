@@ -104,7 +104,7 @@ def _mha_forward(m, query, key, value, key_padding_mask, need_weights, attn_mask
     out = F.linear(out, m.out_proj.weight, m.out_proj.bias).view(tgt_len, bsz, -1)
     weights = None
     if need_weights:
-        weights = probs.to(query.dtype)  # (N, H, L, S)
+        weights = probs.to(q.dtype)  # (N, H, L, S): bf16 under autocast, as torch's
         if average_attn_weights:
             weights = weights.mean(dim=1)
     if not is_batched:

@@ -200,10 +200,11 @@ def test_autocast_runs_bfloat16_as_torchs_sdpa_does():
     ref.load_state_dict(mha.state_dict())
     x = torch.randn(2, 40, 32)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        got, _ = mha(x, x, x, need_weights=False, attn_mask=mask)
-        ref_out, _ = ref(x, x, x, need_weights=False, attn_mask=mask)
-    assert got.dtype == ref_out.dtype == torch.bfloat16
+        got, weights = mha(x, x, x, attn_mask=mask)
+        ref_out, ref_weights = ref(x, x, x, attn_mask=mask)
+    assert got.dtype == ref_out.dtype == weights.dtype == ref_weights.dtype == torch.bfloat16
     assert (got.float() - ref_out.float()).abs().max().item() <= 0.05 * ref_out.abs().max().item()
+    assert (weights.float() - ref_weights.float()).abs().max().item() <= 0.02
 
 
 def test_autocast_under_torch_compile_matches_eager():
