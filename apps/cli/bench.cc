@@ -198,6 +198,46 @@ void add_bench_amx(CLI::App& bench) {
   });
 }
 
+// Runs the showcase and prints its report (text or JSON); an Error when the sampled rows are
+// outside the reference's bound.
+void showcase_command(const bench::ShowcaseConfig& config, bool json) {
+  const bench::ShowcaseReport r = bench::run_showcase(config);
+  if (json) {
+    fmt::print("{}\n", nlohmann::json{{"seq", config.seq},
+                                      {"head_dim", config.head_dim},
+                                      {"threads", config.threads},
+                                      {"dtype", "bf16"},
+                                      {"causal", true},
+                                      {"engine", r.engine},
+                                      {"seconds", r.seconds},
+                                      {"flops", r.flops},
+                                      {"gflops", r.gflops},
+                                      {"peak_gflops", r.peak.gflops},
+                                      {"peak_target", r.peak.target},
+                                      {"fraction_of_peak", r.fraction_of_peak},
+                                      {"io_bytes", r.io_bytes},
+                                      {"extra_peak_bytes", r.extra_peak_bytes},
+                                      {"sample_rows", config.sample_rows},
+                                      {"max_error", r.max_error},
+                                      {"error_bound", r.error_bound},
+                                      {"within_bound", r.within_bound}}
+                           .dump(2));
+  } else {
+    fmt::print(
+        "exact causal attention, {} tokens, one head, D={}, bf16 ({}) on {} thread(s): "
+        "{:.1f} s, {:.3g} FLOP at {:.1f} GFLOP/s = {:.1f}% of the bf16 peak {:.1f} GFLOP/s "
+        "({}) measured in this run\n"
+        "  memory: inputs and output {:.0f} MiB, {:.0f} MiB more at the peak\n"
+        "  {} sampled rows against the float64 reference: max error {:.3g} (bound {:.3g}): {}\n",
+        config.seq, config.head_dim, r.engine, config.threads, r.seconds, r.flops, r.gflops,
+        100 * r.fraction_of_peak, r.peak.gflops, r.peak.target, r.io_bytes / (1 << 20),
+        r.extra_peak_bytes / (1 << 20), config.sample_rows, r.max_error, r.error_bound,
+        r.within_bound ? "within" : "OUTSIDE the bound");
+  }
+  if (!r.within_bound)
+    throw Error("showcase: the output differs from the reference beyond the bound");
+}
+
 }  // namespace
 
 void add_bench_showcase(CLI::App& bench) {
@@ -213,49 +253,28 @@ void add_bench_showcase(CLI::App& bench) {
                ->capture_default_str());
   add_threads_option(cmd, c->threads, c->threads);
   cmd->add_flag("--json", *json, "Machine-readable output");
-  cmd->callback([c, json] {
-    const bench::ShowcaseReport r = bench::run_showcase(*c);
-    if (*json) {
-      fmt::print("{}\n", nlohmann::json{{"seq", c->seq},
-                                        {"head_dim", c->head_dim},
-                                        {"threads", c->threads},
-                                        {"dtype", "bf16"},
-                                        {"causal", true},
-                                        {"engine", r.engine},
-                                        {"seconds", r.seconds},
-                                        {"flops", r.flops},
-                                        {"gflops", r.gflops},
-                                        {"peak_gflops", r.peak.gflops},
-                                        {"peak_target", r.peak.target},
-                                        {"fraction_of_peak", r.fraction_of_peak},
-                                        {"io_bytes", r.io_bytes},
-                                        {"extra_peak_bytes", r.extra_peak_bytes},
-                                        {"sample_rows", c->sample_rows},
-                                        {"max_error", r.max_error},
-                                        {"error_bound", r.error_bound},
-                                        {"within_bound", r.within_bound}}
-                             .dump(2));
-    } else {
-      fmt::print(
-          "exact causal attention, {} tokens, one head, D={}, bf16 ({}) on {} thread(s): "
-          "{:.1f} s, {:.3g} FLOP at {:.1f} GFLOP/s = {:.1f}% of the bf16 peak {:.1f} GFLOP/s "
-          "({}) measured in this run\n"
-          "  memory: inputs and output {:.0f} MiB, {:.0f} MiB more at the peak\n"
-          "  {} sampled rows against the float64 reference: max error {:.3g} (bound {:.3g}): {}\n",
-          c->seq, c->head_dim, r.engine, c->threads, r.seconds, r.flops, r.gflops,
-          100 * r.fraction_of_peak, r.peak.gflops, r.peak.target, r.io_bytes / (1 << 20),
-          r.extra_peak_bytes / (1 << 20), c->sample_rows, r.max_error, r.error_bound,
-          r.within_bound ? "within" : "OUTSIDE the bound");
-    }
-    if (!r.within_bound)
-      throw Error("showcase: the output differs from the reference beyond the bound");
-  });
+  cmd->callback([c, json] { showcase_command(*c, *json); });
 }
 
 void add_bench(CLI::App& app) {
   auto* bench =
       app.add_subcommand("bench", "Benchmarks, reported as a fraction of this machine's peak");
-  bench->require_subcommand(1);
+  // `bench --showcase`: the showcase with its defaults (`bench showcase [options]` for others).
+  auto showcase = std::make_shared<bool>(false);
+  bench->add_flag("--showcase", *showcase,
+                  "Run the showcase with its defaults (the same as `bench showcase`)");
+  bench->require_subcommand(0, 1);
+  bench->parse_complete_callback([bench, showcase] {
+    if (*showcase && !bench->get_subcommands().empty())
+      throw CLI::ValidationError("--showcase",
+                                 "runs the showcase alone; give a benchmark's options to its "
+                                 "subcommand (e.g. `headlight bench showcase --seq 65536`)");
+    if (!*showcase && bench->get_subcommands().empty()) throw CLI::RequiredError("A subcommand");
+  });
+  bench->callback([bench, showcase] {
+    if (*showcase && bench->get_subcommands().empty())
+      showcase_command(bench::ShowcaseConfig{}, false);
+  });
   add_bench_peak(*bench);
   add_bench_attention(*bench);
   add_bench_bandwidth(*bench);

@@ -138,3 +138,31 @@ def test_a_busy_machine_is_reported_beside_the_figures():
     assert d["steal_cores"] >= 0
     assert d["other_cores"] >= 0.25, d["other_cores"]
     assert "other processes kept" in r.stderr and "may be low" in r.stderr, r.stderr
+
+
+def test_showcase_checks_its_sampled_rows_against_the_reference():
+    """`bench showcase` on a short sequence: its causal FLOPs 2·N²·D, its rate against the bf16
+    peak measured in the same run, and its sampled rows within the float64 reference's bound."""
+    n = 3000
+    r = subprocess.run([str(CLI), "bench", "showcase", "--seq", str(n), "--sample-rows", "5",
+                        "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert (j["seq"], j["head_dim"], j["dtype"], j["causal"]) == (n, 64, "bf16", True)
+    assert j["flops"] == 2 * n * n * 64 and j["io_bytes"] == 8 * n * 64
+    assert j["seconds"] > 0 and j["peak_gflops"] > 0
+    assert j["gflops"] == pytest.approx(j["flops"] / j["seconds"] * 1e-9)
+    assert j["fraction_of_peak"] == pytest.approx(j["gflops"] / j["peak_gflops"])
+    assert j["within_bound"] and j["max_error"] <= j["error_bound"]
+
+
+def test_bench_showcase_flag_runs_the_showcase_alone():
+    """`headlight bench --showcase` is the showcase with its defaults (a million tokens, too long
+    to run here); with a benchmark beside it, or with neither, the command says what it wants."""
+    r = subprocess.run([str(CLI), "bench", "--showcase", "attention"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "--showcase: runs the showcase alone" in r.stderr, r.stderr
+    r = subprocess.run([str(CLI), "bench"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "A subcommand is required" in r.stderr, r.stderr
+    r = subprocess.run([str(CLI), "bench", "--help"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "--showcase" in r.stdout
