@@ -194,6 +194,15 @@ def test_a_compiled_model_and_a_bf16_model(folders):
     err_ours = ((a - exact) * keep).abs().max().item()
     err_theirs = ((b - exact) * keep).abs().max().item()
     assert err_ours <= 2 * max(err_theirs, 0.02)
+    # A float32 model under autocast: its projections and attention in bf16 (transformers' padding
+    # mask cast with them), as "sdpa" runs under autocast.
+    fp32 = {impl: load(folders, "gpt2", impl) for impl in ("headlight", "sdpa")}
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        a, b = (fp32[impl](**kw).logits for impl in ("headlight", "sdpa"))
+    assert a.dtype == b.dtype == torch.bfloat16
+    err_ours = ((a.float() - exact) * keep).abs().max().item()
+    err_theirs = ((b.float() - exact) * keep).abs().max().item()
+    assert err_ours <= 2 * max(err_theirs, 0.02)
 
 
 def test_a_sliding_window_model_follows_its_mask():
