@@ -168,7 +168,7 @@ class GPT {
   // weights rounded to bf16 (a copy beside the float32 parameters, which stay the master that
   // AdamW updates), each product's inputs (activations, output gradients) rounded, products
   // accumulated in fp32 into float32 activations and gradients; norms, softmax, residuals and the
-  // loss stay float32. Attention reads q, k, v in bf16 for sequences of ≥ 512 rows and when
+  // loss stay float32. Attention reads q, k, v in bf16 for sequences of ≥ 128 rows and when
   // decoding, whose KV cache is then kept in bf16 (a change of dtype empties the cache). An
   // inference forward (decoding included) reads each product's weight packed once for oneDNN
   // (ops::PackedWeight) instead of the bf16 copy of the arena, which only training makes.
