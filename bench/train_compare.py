@@ -21,7 +21,9 @@ It also prints what the machine allows: the FLOPs of a training step from explic
 dense products 6·P·tokens, P the weights of the products: 12·n_embd² per layer and the tied
 lm_head's vocab·n_embd; causal attention 2·B·T²·n_embd per layer forward, 2.5× that backward),
 the FP32 FMA peak measured by `headlight bench peak` in the same run, and so the most tokens/s any
-trainer could reach here, as a multiple of each measured trainer's.
+trainer could reach here, as a multiple of each measured trainer's. With --bf16 the mixed-precision
+trainers are held against the bf16 peak (`headlight bench peak --dtype bf16`, measured in the same
+run: the most a trainer whose every FLOP ran in bf16 could reach), the others against the FMA peak.
 """
 
 import argparse
@@ -142,10 +144,13 @@ def step_flops():
     return products, attention
 
 
-def fma_peak(threads):
-    out = subprocess.run([str(CLI), "bench", "peak", "--threads", str(threads), "--json"],
-                         check=True, capture_output=True, text=True)
-    return json.loads(out.stdout)["peak_gflops"]
+def measured_peak(threads, dtype="f32"):
+    """(GFLOP/s, what ran) of `headlight bench peak`: the FP32 FMA peak, or with dtype bf16 that of
+    the bf16 engine the kernels use (AMX tiles, else vdpbf16ps)."""
+    out = subprocess.run([str(CLI), "bench", "peak", "--threads", str(threads), "--dtype", dtype,
+                          "--json"], check=True, capture_output=True, text=True)
+    j = json.loads(out.stdout)
+    return j["peak_gflops"], j["simd_target"]
 
 
 def main():
@@ -159,7 +164,8 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     data = corpus_tokens()
-    peaks = [fma_peak(args.threads)]
+    dtypes = ["f32", "bf16"] if args.bf16 else ["f32"]
+    probes = {dt: [measured_peak(args.threads, dt)] for dt in dtypes}
     rows = {"headlight": [], "PyTorch eager": []}
     if args.compile:
         rows["PyTorch torch.compile"] = []
@@ -181,7 +187,8 @@ def main():
                 print(f"torch.compile failed here: {type(e).__name__}: {e}")
                 del rows["PyTorch torch.compile"]
                 args.compile = False
-    peaks.append(fma_peak(args.threads))
+    for dt in dtypes:
+        probes[dt].append(measured_peak(args.threads, dt))
     base = statistics.median(rows["headlight"])
     print(f"\nTraining {N_LAYER} layers × {N_HEAD} heads, n_embd {N_EMBD}, block {BLOCK}, batch "
           f"{BATCH}, {args.threads} threads, {args.steps} steps per round, {args.rounds} rounds "
@@ -199,21 +206,27 @@ def main():
             print(f"headlight --dtype bf16 ÷ {name}: {statistics.median(each):.2f}× (median of "
                   f"same-round ratios; rounds {min(each):.2f}–{max(each):.2f})")
     products, attention = step_flops()
-    peak = max(peaks)
-    floor_s = (products + attention) / (peak * 1e9)
-    ceiling = BATCH * BLOCK / floor_s
     print(f"\nWhat the machine allows: a step is {products / 1e9:.2f} GFLOP of dense products and "
-          f"{attention / 1e9:.2f} GFLOP of attention; at the FP32 FMA peak measured in this run "
-          f"({peak:.1f} GFLOP/s on {args.threads} threads; probes "
-          f"{', '.join(f'{p:.1f}' for p in peaks)}) it takes at least {floor_s * 1e3:.1f} ms, so no "
-          f"trainer can pass {ceiling:,.0f} tokens/s here.\n")
-    print("| trainer | fraction of the FMA peak over the whole step | the most any trainer could "
-          "reach ÷ it |")
-    print("|---|---:|---:|")
+          f"{attention / 1e9:.2f} GFLOP of attention.")
+    ceilings = {}
+    for dt in dtypes:
+        peak, target = max(probes[dt])
+        floor_s = (products + attention) / (peak * 1e9)
+        ceilings[dt] = (BATCH * BLOCK / floor_s, peak)
+        what = "the FP32 FMA peak" if dt == "f32" else f"the bf16 peak ({target})"
+        who = "no float32 trainer" if dt == "f32" else "no trainer whose every FLOP ran in bf16"
+        print(f"At {what} measured in this run ({peak:.1f} GFLOP/s on {args.threads} threads; "
+              f"probes {', '.join(f'{p:.1f}' for p, _ in probes[dt])}) it takes at least "
+              f"{floor_s * 1e3:.1f} ms, so {who} can pass {ceilings[dt][0]:,.0f} tokens/s here.")
+    print("\n| trainer | against | fraction of that peak over the whole step | the most any trainer "
+          "could reach ÷ it |")
+    print("|---|---|---:|---:|")
     for name, values in rows.items():
         med = statistics.median(values)
-        print(f"| {name} | {med / ceiling:.3f} | {ceiling / med:.2f}× |")
-
+        dt = "bf16" if "bf16" in name else "f32"
+        ceiling, peak = ceilings[dt]
+        against = f"FMA peak {peak:.0f}" if dt == "f32" else f"bf16 peak {peak:.0f}"
+        print(f"| {name} | {against} | {med / ceiling:.3f} | {ceiling / med:.2f}× |")
 
 if __name__ == "__main__":
     main()
