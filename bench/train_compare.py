@@ -228,5 +228,6 @@ def main():
         against = f"FMA peak {peak:.0f}" if dt == "f32" else f"bf16 peak {peak:.0f}"
         print(f"| {name} | {against} | {med / ceiling:.3f} | {ceiling / med:.2f}× |")
 
+
 if __name__ == "__main__":
     main()
