@@ -359,6 +359,10 @@ PYBIND11_MODULE(_headlight, m) {
     d["best_target"] = info.best_target;
     d["supported_targets"] = info.supported_targets;
     d["hardware_threads"] = info.hardware_threads;
+    // The engine bf16 attention runs on here, as the kernels choose it per call (design.md).
+    d["bf16_engine"] = amx_available() && amx_allowed()              ? "amx"
+                       : cpu_has_bf16_dot() && native_bf16_allowed() ? "vdpbf16ps"
+                                                                     : "widened";
     return d;
   });
 }

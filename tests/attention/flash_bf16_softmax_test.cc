@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include "headlight/attention/dispatch.h"
 #include "headlight/attention/reference.h"
 #include "headlight/core/bf16.h"
+#include "headlight/core/cpu_info.h"
 
 namespace headlight::attention {
 namespace {
@@ -86,6 +88,52 @@ TEST(FlashBf16, ScoresFarAboveARowsFirstMaximum) {
       EXPECT_LE(max_diff(fused.f.out, ref.f.out), kOutTol);
       // Head 0's log-sum-exp is about 136: a few of its fp32 ulps (1.5·10⁻⁵) on every path.
       EXPECT_LE(max_diff(fused.f.lse, ref.f.lse), 8 * kRowTol);
+    });
+}
+
+TEST(FlashBf16, WeightsSumToOneWherePIsRounded) {
+  // P is rounded to bf16 for P·V; off AMX the output is divided by the sum of P as rounded
+  // (Plan::rounded_sums), so the weights it applies sum to 1: where every key's value row is the
+  // same u, the output is u to fp32 rounding (and a bf16 output u's bits). Divided by the
+  // unrounded sum it would be u times Σ rounded P / Σ P, off by up to 2⁻⁹ (about 10⁻³ here).
+  // Packed tiles (causal and not, 300 keys past a tile of 256; Dv = 40, rows written one by one
+  // on the portable paths), and decode's loops (4 query heads over 1, one row; a blocked cache
+  // and rows) on every path; on AMX (amx::qk_exp_tile's unrounded sums) the looser bound.
+  struct Case {
+    AttentionShape shape;
+    bool causal, blocked;
+  };
+  const Case cases[] = {{{1, 2, 2, 70, 300, 64, 64}, false, false},
+                        {{1, 2, 1, 300, 300, 32, 40}, true, false},
+                        {{1, 4, 1, 1, 1025, 128, 128}, false, false},
+                        {{1, 4, 1, 1, 1025, 128, 128}, false, true}};
+  for (const Case& c : cases)
+    for_each_path([&] {
+      const AttentionShape& s = c.shape;
+      SCOPED_TRACE(::testing::Message() << "Lq " << s.len_q << " Lk " << s.len_kv << " D "
+                                        << s.head_dim << (c.blocked ? " blocked" : ""));
+      ThreadContext ctx(2);
+      Bf16Problem x(s, 113);
+      for (bf16& q : x.q) q = to_bf16(4.0f * to_float(q));  // peaked rows: P far from uniform
+      std::vector<float> u(static_cast<size_t>(s.value_dim));
+      for (int64_t e = 0; e < s.value_dim; ++e)
+        u[static_cast<size_t>(e)] = 0.25f * static_cast<float>(e % 7) - 0.625f;
+      for (int64_t j = 0; j < s.kv_heads * s.len_kv; ++j)
+        for (int64_t e = 0; e < s.value_dim; ++e)
+          x.v[static_cast<size_t>(j * s.value_dim + e)] = to_bf16(u[static_cast<size_t>(e)]);
+      const bool amx = amx_available() && amx_allowed();
+      const double tol = amx ? 0.00390625 : 1e-6;  // 2⁻⁸ of |u| ≤ 1 on AMX
+      cpu::flash_forward(ctx, x.params({.causal = c.causal}, false, c.blocked));
+      cpu::flash_forward(ctx, x.params({.causal = c.causal}, true, c.blocked));
+      double worst = 0;
+      size_t off = 0;
+      for (size_t i = 0; i < x.f.out.size(); ++i) {
+        const float want = u[i % static_cast<size_t>(s.value_dim)];
+        worst = std::max(worst, std::fabs(double(x.f.out[i]) - want));
+        off += to_float(x.out[i]) != want;
+      }
+      EXPECT_LE(worst, tol);
+      if (!amx) EXPECT_EQ(off, 0u) << "bf16 outputs other than u";
     });
 }
 

@@ -65,8 +65,17 @@ void scale_round_rows(const float* x, size_t ldx, size_t rows, size_t width, con
 // 2^16: scores up to 11 above the reference) nothing overflows, and past it the row is computed
 // again against its true maximum. The result is the same softmax (m + ln l is the log-sum-exp
 // either way); only where P is rounded to bf16 differs, by a factor that is not a power of two.
+//
+// With lr ([rows, 16], laid out as l), the sums of P as rounded to bf16 are kept beside l's: the
+// output is then normalised by what P·V actually weighed (Σ rounded P), so that the weights it
+// applies sum to 1 and a row's largest weight, whose rounding would otherwise pass into the
+// output whole, keeps its rounding to itself; l still gives the log-sum-exp.
 void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
-                  float scale, bf16* pb, size_t ldpb, const int32_t* row_cols = nullptr);
+                  float scale, bf16* pb, size_t ldpb, const int32_t* row_cols = nullptr,
+                  float* lr = nullptr);
+// out[r] = the sum of the 16 lanes of l's row r (l [rows, 16], as softmax_rows leaves l and lr),
+// eight rows side by side (SumEight), every row's lanes added in the same order wherever it lies.
+void lane_sums(const float* l, size_t rows, float* out);
 constexpr float kLazyBound = 65536.0f;
 // A row without a reference maximum takes the maximum of its first kReferenceKeys keys in the
 // tile (of all its keys there when those are all masked): a 2 × 2 block of AMX tiles' worth, so

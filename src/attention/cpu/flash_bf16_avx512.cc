@@ -12,12 +12,14 @@
 // softmax_rows is the online softmax of both bf16 engines (this one and AMX, flash_bf16_amx.cc):
 // per 16 scores a seven-instruction 2^t (vreduceps for the fraction, vscalefps for the power of
 // two), the running sums in fp32 and the probabilities rounded to bf16 by vcvtne2ps2bf16 into the
-// rows P·V reads. Its reference maximum is lazy (flash_bf16.h): a pass over the scores for their
-// maxima, 2.6 of 8.7 cycles per 16 scores on Sapphire Rapids (the scores read from L2 twice), is
-// spent only on rows that have none yet; N = 2048, 8 heads, AMX, 2 threads: D = 64 7.6 → 6.7 ms,
-// D = 128 10.7 → 9.8. It is about half the instructions of the portable loop (flash_kernels-inl.h);
-// on the Zen 4 machine of 2026-12-05 it took the vdpbf16ps forward at N = 2048, D = 64 from 311 to
-// 348 GFLOP/s (0.66 → 0.74 of the vdpbf16ps peak).
+// rows P·V reads; off AMX also the sums of those rounded probabilities (a vdpbf16ps of each 32
+// by the pair (1, 1)), which the output is divided by. Its reference maximum is lazy
+// (flash_bf16.h): a pass over the scores for their maxima, 2.6 of 8.7 cycles per 16 scores on
+// Sapphire Rapids (the scores read from L2 twice), is spent only on rows that have none yet;
+// N = 2048, 8 heads, AMX, 2 threads: D = 64 7.6 → 6.7 ms, D = 128 10.7 → 9.8. It is about half
+// the instructions of the portable loop (flash_kernels-inl.h); on the Zen 4 machine of 2026-12-05
+// it took the vdpbf16ps forward at N = 2048, D = 64 from 311 to 348 GFLOP/s (0.66 → 0.74 of the
+// vdpbf16ps peak).
 //
 // decode_scores_bf16 and decode_pv_bf16 are decode's loops over a bf16 cache read where it lies
 // (no packing: decode reads each key and value once, from memory). The scores keep up to 4 query
@@ -211,13 +213,14 @@ HEADLIGHT_BF16_TARGET inline __m512 RowMaxima(const __m512* v) {
 
 HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
                                         float* l, float* alpha, float scale, bf16* pb, size_t ldpb,
-                                        const int32_t* row_cols) {
+                                        const int32_t* row_cols, float* lr) {
   constexpr size_t kMaxRows = kSoftmaxRowsPerCall;
   for (; rows > kMaxRows; rows -= kMaxRows) {  // rows are independent: kMaxRows at a time
-    softmax_rows(s, kMaxRows, cols, lds, m, l, alpha, scale, pb, ldpb, row_cols);
+    softmax_rows(s, kMaxRows, cols, lds, m, l, alpha, scale, pb, ldpb, row_cols, lr);
     s += kMaxRows * lds, m += kMaxRows, l += kMaxRows * 16, alpha += kMaxRows,
         pb += kMaxRows * ldpb;
     if (row_cols) row_cols += kMaxRows;
+    if (lr) lr += kMaxRows * 16;
   }
   const float ninf = -__builtin_inff(), qnan = __builtin_nanf("");
   const __m512 vninf = _mm512_set1_ps(ninf);
@@ -289,12 +292,19 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
   auto nan_row = [&](size_t r) HEADLIGHT_BF16_TARGET {  // a NaN score: m, α and l all NaN
     m[r] = alpha[r] = qnan;
     _mm512_storeu_ps(l + r * 16, _mm512_set1_ps(qnan));
+    if (lr) _mm512_storeu_ps(lr + r * 16, _mm512_set1_ps(qnan));
+  };
+  // The sums of P as rounded (lr): each pair word of P times the pair (1, 1), lane i adding the
+  // rounded probabilities 2i and 2i + 1 of the 32 (their products by 1 are exact).
+  const __m512bh ones = (__m512bh)_mm512_set1_epi32(0x3F803F80);
+  struct Sums {
+    __m512 exact, rounded;
   };
   for (size_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
     float mn = m_new[r];
     auto* out = reinterpret_cast<char*>(pb + r * ldpb);
-    float* lr = l + r * 16;
+    float* row_l = l + r * 16;
     const size_t lim = limit(r);
     if (mn == ninf) {  // no allowed key yet: P = 0, and the sums stay (α = 1)
       for (size_t c = 0; c < cols; c += 16)
@@ -309,7 +319,8 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       if (nan) nan_row(r);
       continue;
     }
-    // The row's P against the reference mn, written to `out`; returns the sums per lane.
+    // The row's P against the reference mn, written to `out`; returns the sums per lane, of P
+    // and (with lr) of P as rounded.
     auto pass = [&](float mref) HEADLIGHT_BF16_TARGET {
       const __m512 vml = _mm512_set1_ps(mref * kLog2e);
       auto p_full = [&](size_t c) HEADLIGHT_BF16_TARGET {  // a vector before the limit
@@ -321,31 +332,41 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       };
       // Two running sums: each 32 keys' pair of vectors added, then into the sum of its half of
       // each 64 (amx::qk_exp_tile adds its blocks of 32 keys in the same order).
-      __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
+      __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, rsum0 = sum0, rsum1 = sum0;
       size_t c = 0;
       auto step64 = [&](size_t c, auto p) HEADLIGHT_BF16_TARGET {
         const __m512 p0 = p(c), p1 = p(c + 16), p2 = p(c + 32), p3 = p(c + 48);
         sum0 = _mm512_add_ps(sum0, _mm512_add_ps(p0, p1));
         sum1 = _mm512_add_ps(sum1, _mm512_add_ps(p2, p3));
-        _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
-        _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
+        const __m512bh w01 = _mm512_cvtne2ps_pbh(p1, p0), w23 = _mm512_cvtne2ps_pbh(p3, p2);
+        _mm512_storeu_si512(out + 2 * c, (__m512i)w01);
+        _mm512_storeu_si512(out + 2 * c + 64, (__m512i)w23);
+        if (lr) {  // two chains, as the sums'
+          rsum0 = _mm512_dpbf16_ps(rsum0, w01, ones);
+          rsum1 = _mm512_dpbf16_ps(rsum1, w23, ones);
+        }
       };
       for (; c + 64 <= lim; c += 64) step64(c, p_full);  // wholly before the limit
       for (; c + 64 <= cols; c += 64) step64(c, p_at);
       for (; c + 32 <= cols; c += 32) {
         const __m512 p0 = p_at(c), p1 = p_at(c + 16);
         sum0 = _mm512_add_ps(sum0, _mm512_add_ps(p0, p1));
-        _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        const __m512bh w01 = _mm512_cvtne2ps_pbh(p1, p0);
+        _mm512_storeu_si512(out + 2 * c, (__m512i)w01);
+        if (lr) rsum0 = _mm512_dpbf16_ps(rsum0, w01, ones);
       }
       if (c < cols) {
         const __m512 p0 = p_at(c);
         sum1 = _mm512_add_ps(sum1, p0);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c),
-                            (__m256i)_mm512_cvtneps_pbh(p0));
+        const __m256bh w0 = _mm512_cvtneps_pbh(p0);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), (__m256i)w0);
+        if (lr)
+          rsum1 = _mm512_dpbf16_ps(rsum1, (__m512bh)_mm512_zextsi256_si512((__m256i)w0), ones);
       }
-      return _mm512_add_ps(sum0, sum1);
+      return Sums{_mm512_add_ps(sum0, sum1), _mm512_add_ps(rsum0, rsum1)};
     };
-    __m512 sum = pass(mn);
+    Sums got = pass(mn);
+    __m512 sum = got.exact, rsum = got.rounded;
     // A NaN score makes its P NaN, and so the sums (as does an infinite score: ∞ − ∞). The row
     // is then NaN, as when pass A's maximum is: m, α and every lane of l (O follows through α).
     if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
@@ -362,13 +383,16 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
                                            _mm512_mul_ps(_mm512_set1_ps(mn), l2e)));
       m[r] = mn;
       alpha[r] = _mm512_cvtss_f32(al);
-      sum = pass(mn);
+      got = pass(mn);
+      sum = got.exact, rsum = got.rounded;
       if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
         nan_row(r);
         continue;
       }
     }
-    _mm512_storeu_ps(lr, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(lr), sum));
+    const __m512 al = _mm512_set1_ps(alpha[r]);
+    _mm512_storeu_ps(row_l, _mm512_fmadd_ps(al, _mm512_loadu_ps(row_l), sum));
+    if (lr) _mm512_storeu_ps(lr + r * 16, _mm512_fmadd_ps(al, _mm512_loadu_ps(lr + r * 16), rsum));
   }
 }
 
@@ -412,6 +436,23 @@ HEADLIGHT_BF16_TARGET inline __m256 SumEight(const __m512* a) {
       _mm512_add_ps(_mm512_shuffle_f32x4(u0, u1, 0x44), _mm512_shuffle_f32x4(u0, u1, 0xEE));
   const __m512 z = _mm512_add_ps(w, _mm512_shuffle_f32x4(w, w, 0xB1));
   return _mm512_castps512_ps256(_mm512_shuffle_f32x4(z, z, 0x88));
+}
+
+HEADLIGHT_BF16_TARGET void lane_sums(const float* l, size_t rows, float* out) {
+  size_t r = 0;
+  for (; r + 8 <= rows; r += 8) {
+    __m512 a[8];
+    HEADLIGHT_UNROLL
+    for (size_t i = 0; i < 8; ++i) a[i] = _mm512_loadu_ps(l + (r + i) * 16);
+    _mm256_storeu_ps(out + r, SumEight(a));
+  }
+  if (r == rows) return;
+  __m512 a[8];  // the last rows beside zero ones: each row's sum is formed the same way
+  for (size_t i = 0; i < 8; ++i)
+    a[i] = r + i < rows ? _mm512_loadu_ps(l + (r + i) * 16) : _mm512_setzero_ps();
+  alignas(32) float sums[8];
+  _mm256_store_ps(sums, SumEight(a));
+  std::copy_n(sums, rows - r, out + r);
 }
 
 // R query rows (≤ 4) against cols key rows, NV vectors of 16 pair words per row: the rows stay in
@@ -702,8 +743,11 @@ void round_tile_bf16(const float*, size_t, size_t, size_t, bf16*, size_t) {
   fail("round_tile_bf16: no native bf16 path on this architecture");
 }
 void softmax_rows(float*, size_t, size_t, size_t, float*, float*, float*, float, bf16*, size_t,
-                  const int32_t*) {
+                  const int32_t*, float*) {
   fail("softmax_rows: no native bf16 path on this architecture");
+}
+void lane_sums(const float*, size_t, float*) {
+  fail("lane_sums: no native bf16 path on this architecture");
 }
 void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
   fail("row_pairs: no native bf16 path on this architecture");

@@ -65,6 +65,12 @@ bool wants_stats(const AttentionParams& p) {
   return p.entropy != nullptr || p.argmax != nullptr || p.max_weight != nullptr;
 }
 
+// Whether the call's rows are divided by the sums of P as rounded (plan.rounded_sums): where the
+// softmax rounds P, without statistics or dropout.
+bool rounded_sums(const AttentionParams& p, const Plan& plan) {
+  return plan.rounded_sums && !wants_stats(p) && p.options.dropout_p == 0;
+}
+
 // (b, g)'s key blocks in pack_keys's buffer.
 const float* blocks_of(const AttentionParams& p, const Plan& plan, const float* packed, int64_t b,
                        int64_t g) {
@@ -144,7 +150,8 @@ void accumulate_in_place(const AttentionParams& p, const Plan& plan, const Scrat
     if (native_softmax)
       kernels::native::softmax_rows(w.s, static_cast<size_t>(gr), static_cast<size_t>(cols_pad),
                                     static_cast<size_t>(plan.bc_pad), w.m, w.l, w.alpha, 1.0f, w.pb,
-                                    static_cast<size_t>(plan.bc_pad));
+                                    static_cast<size_t>(plan.bc_pad), nullptr,
+                                    rounded_sums(p, plan) ? w.lr : nullptr);
     else
       kernels::softmax_rows(w.s, gr, cols_pad, plan.bc_pad, w.m, w.l, w.alpha,
                             {.ent = stats ? w.ent : nullptr, .argmax = stats ? w.argcol : nullptr});
@@ -262,6 +269,7 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   if (!o_lazy) std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
+  if (rounded_sums(p, plan)) std::fill(w.lr, w.lr + G * plan.br * plan.lanes, 0.0f);
   const bool stats = wants_stats(p);
   if (stats) {
     std::fill(w.ent, w.ent + G * plan.br, 0.0f);
@@ -336,17 +344,20 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
       if (plan.native_softmax && round_in_softmax && !stats)
-        kernels::native::softmax_rows(w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
-                                      static_cast<size_t>(plan.bc_pad), m, l, w.alpha,
-                                      raw_scores ? effective_scale(p) : 1.0f, w.pb,
-                                      static_cast<size_t>(plan.ldpb), limits ? w.argcol : nullptr);
+        kernels::native::softmax_rows(
+            w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
+            static_cast<size_t>(plan.bc_pad), m, l, w.alpha, raw_scores ? effective_scale(p) : 1.0f,
+            w.pb, static_cast<size_t>(plan.ldpb), limits ? w.argcol : nullptr,
+            rounded_sums(p, plan) ? w.lr + hg * plan.br * plan.lanes : nullptr);
       else
-        kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
-                              {.ent = stats ? w.ent + hg * plan.br : nullptr,
-                               .argmax = stats ? w.argcol : nullptr,
-                               .scale = raw_scores ? effective_scale(p) : 1.0f,
-                               .pb = round_in_softmax ? w.pb : nullptr,
-                               .ldpb = static_cast<size_t>(plan.ldpb)});
+        kernels::softmax_rows(
+            w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
+            {.ent = stats ? w.ent + hg * plan.br : nullptr,
+             .argmax = stats ? w.argcol : nullptr,
+             .scale = raw_scores ? effective_scale(p) : 1.0f,
+             .pb = round_in_softmax ? w.pb : nullptr,
+             .ldpb = static_cast<size_t>(plan.ldpb),
+             .lr = rounded_sums(p, plan) ? w.lr + hg * plan.br * plan.lanes : nullptr});
       if (stats)
         for (int64_t r = 0; r < rows; ++r)
           if (w.argcol[r] >= 0) w.best[hg * plan.br + r] = j0 + w.argcol[r];
@@ -365,13 +376,20 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   if (fresh) std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);  // no key block visited
 }
 
-// The running sums l of rows [0, rows) of head hg into out: each row's lanes added in a fixed
-// order (lane 0 first), eight rows side by side so that their chains of dependent additions
-// overlap (one row at a time, the chain's latency had been a tenth of the forward at D = 32).
-void row_sums(const Plan& plan, const Scratch& w, int64_t hg, int64_t rows, float* out) {
+// The running sums of rows [0, rows) of head hg (l, or lr: per-lane sums laid out as w.l) into
+// out: each row's lanes added in a fixed order (lane 0 first), eight rows side by side so that
+// their chains of dependent additions overlap (one row at a time, the chain's latency had been a
+// tenth of the forward at D = 32); where the vdpbf16ps engine keeps both l and lr, eight rows in
+// one vector pass, in SumEight's order.
+void row_sums(const Plan& plan, const float* l, int64_t hg, int64_t rows, float* out) {
   constexpr int64_t kSide = 8;
   const int64_t nl = plan.lanes;
-  const float* lanes = w.l + hg * plan.br * nl;
+  const float* lanes = l + hg * plan.br * nl;
+  if (plan.rounded_sums && plan.lanes == 16 && kernels::bf16_native()) {
+    // vdpbf16ps's tiles: both sums in vector passes
+    kernels::native::lane_sums(lanes, static_cast<size_t>(rows), out);
+    return;
+  }
   int64_t r0 = 0;
   for (; r0 + kSide <= rows; r0 += kSide) {
     float acc[kSide] = {};
@@ -386,12 +404,14 @@ void row_sums(const Plan& plan, const Scratch& w, int64_t hg, int64_t rows, floa
   }
 }
 
-// One finished row: its unnormalised output o, running maximum m and sum l, and (for the
-// statistics) ent = Σ p̃ (s − m) and the key of the maximum.
+// One finished row: its unnormalised output o, running maximum m and sum l, (for the
+// statistics) ent = Σ p̃ (s − m) and the key of the maximum, and the sum that o is divided by:
+// l, or the sum of P as rounded to bf16 (plan.rounded_sums).
 struct RowResult {
   const float* o;
   float m, l, ent;
   int64_t best;
+  float norm;
 };
 
 // The row's statistics (lse and those asked for); inv = 1 / l, or 0 when l = 0.
@@ -405,10 +425,10 @@ void write_row_stats(const AttentionParams& p, int64_t b, int64_t h, int64_t i, 
   if (p.argmax) p.argmax[flat] = r.l > 0 ? r.best : -1;
 }
 
-// out[b, h, i, :] = o / l and lse = m + log l (0 and −inf for a row with no allowed key), and the
-// statistics when asked for: entropy = log l − ent / l, max weight = 1 / l.
+// out[b, h, i, :] = o / norm and lse = m + log l (0 and −inf for a row with no allowed key), and
+// the statistics when asked for: entropy = log l − ent / l, max weight = 1 / l.
 void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const RowResult& r) {
-  const float inv = r.l > 0 ? 1.0f / r.l : 0.0f;
+  const float inv = r.l > 0 ? 1.0f / r.norm : 0.0f;
   if (p.out.is_bf16()) {
     constexpr int64_t kChunk = 64;  // scaled into a buffer, then rounded as an array
     float scaled[kChunk];
@@ -421,7 +441,7 @@ void write_row(const AttentionParams& p, int64_t b, int64_t h, int64_t i, const 
     float* dst = p.out.at(b, h, i);
     for (int64_t x = 0; x < p.shape.value_dim; ++x) dst[x] = r.o[x] * inv;
   }
-  write_row_stats(p, b, h, i, r, inv);
+  write_row_stats(p, b, h, i, r, r.l > 0 ? 1.0f / r.l : 0.0f);
 }
 
 void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, const float* blocks,
@@ -433,7 +453,7 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
   // place and rounded in one call when its rows are contiguous, as the accumulators' are (Dv a
   // whole number of vectors; at D = 32 per-row rounding calls had been a tenth of the forward).
   // Other bf16 outputs go row by row (write_row). The same bits every way: each element is
-  // o · (1 / l), rounded once.
+  // o · (1 / l), rounded once (l: the sum of P as rounded where plan.rounded_sums).
   const int64_t Dv = p.shape.value_dim;
   const bool bf16_out = p.out.is_bf16();
   const bool slab = bf16_out && p.out.row_stride == Dv && plan.dv_pad == Dv;
@@ -442,7 +462,11 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
     const int64_t h = g * plan.group + hg;
     float* o = w.o + hg * plan.br * plan.dv_pad;
     float* inv = w.alpha;  // free once the item's tiles are done: l, then 1 / l
-    row_sums(plan, w, hg, rows, inv);
+    row_sums(plan, w.l, hg, rows, inv);
+    // The sums o is divided by: l, or those of P as rounded (in w.ent, free without statistics).
+    const bool rounded = rounded_sums(p, plan);
+    float* norm = rounded ? w.ent : inv;
+    if (rounded) row_sums(plan, w.lr, hg, rows, norm);
     if (plan.native_softmax && !stats && p.lse) {
       // The native bf16 forward: 1 / l and the log-sum-exp of every row in one vector pass (logf
       // per row had been 5% of the forward at the GPT engine's shape).
@@ -451,8 +475,8 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
     } else
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t k = hg * plan.br + r;
-        const RowResult row{o + r * plan.dv_pad, w.m[k], inv[r], stats ? w.ent[k] : 0.0f,
-                            stats ? w.best[k] : -1};
+        const RowResult row{o + r * plan.dv_pad,    w.m[k], inv[r], stats ? w.ent[k] : 0.0f,
+                            stats ? w.best[k] : -1, norm[r]};
         if (by_rows) {
           write_row(p, b, h, i0 + r, row);
           continue;
@@ -460,6 +484,9 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
         inv[r] = row.l > 0 ? 1.0f / row.l : 0.0f;
         write_row_stats(p, b, h, i0 + r, row, inv[r]);
       }
+    if (rounded)  // 1 / the sum of P as rounded (rows with l = 0 or NaN keep their 0 or NaN)
+      for (int64_t r = 0; r < rows; ++r)
+        if (inv[r] > 0) inv[r] = 1.0f / norm[r];
     const auto n = static_cast<size_t>(rows), width = static_cast<size_t>(Dv);
     const auto ldo = static_cast<size_t>(plan.dv_pad), ldd = static_cast<size_t>(p.out.row_stride);
     if (!bf16_out)
@@ -487,8 +514,10 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
 void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, bool pack) {
   const AttentionShape& sh = p.shape;
   const bool stats = wants_stats(p);
-  const int64_t G = plan.group, rows = sh.len_q, width = plan.dv_pad + 4;
-  const int64_t M = plan.dv_pad, L = M + 1, E = M + 2, A = M + 3;  // offsets in a row's state
+  const int64_t G = plan.group, rows = sh.len_q, width = plan.dv_pad + 5;
+  // Offsets in a row's state: m, l, ent, argmax and the sum o is divided by (RowResult::norm).
+  const int64_t M = plan.dv_pad, L = M + 1, E = M + 2, A = M + 3, N = M + 4;
+  const bool rounded = rounded_sums(p, plan);
   const int64_t split_blocks = decode_split_blocks(p, plan);
   const int64_t splits = (plan.kv_blocks + split_blocks - 1) / split_blocks;
   const int64_t state = G * rows * width;
@@ -510,7 +539,8 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, 
                     key_lo, key_lo + split_blocks * kBlockKeys);
     float* dst = partial + item * state;
     for (int64_t hg = 0; hg < G; ++hg) {
-      row_sums(plan, w, hg, rows, w.alpha);  // free once the item's tiles are done
+      row_sums(plan, w.l, hg, rows, w.alpha);              // free once the item's tiles are done
+      if (rounded) row_sums(plan, w.lr, hg, rows, w.ent);  // free without statistics
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t k = hg * plan.br + r;
         float* row = dst + (hg * rows + r) * width;
@@ -519,6 +549,7 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, 
         row[L] = w.alpha[r];
         row[E] = stats ? w.ent[k] : 0.0f;
         row[A] = stats ? static_cast<float>(w.best[k]) : -1.0f;  // exact below 2^24 keys
+        row[N] = rounded ? w.ent[r] : w.alpha[r];
       }
     }
   };
@@ -539,18 +570,19 @@ void run_decode(ThreadContext& ctx, const AttentionParams& p, const Plan& plan, 
       }
     }
     std::fill(o, o + plan.dv_pad, 0.0f);
-    float l = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f, ent = 0.0f;
+    float l = nan ? std::numeric_limits<float>::quiet_NaN() : 0.0f, ent = 0.0f, norm = l;
     if (!nan && m > kNegInf) {
       for (int64_t s = 0; s < splits; ++s) {
         const float* part = first + s * state;
         if (part[M] == kNegInf) continue;
         const float scale = std::exp(part[M] - m);
         l += scale * part[L];
+        norm += scale * part[N];
         ent += scale * (part[E] + (part[M] - m) * part[L]);
         for (int64_t x = 0; x < plan.dv_pad; ++x) o[x] += scale * part[x];
       }
     }
-    write_row(p, bg / sh.kv_heads, (bg % sh.kv_heads) * G + hg, r, {o, m, l, ent, best});
+    write_row(p, bg / sh.kv_heads, (bg % sh.kv_heads) * G + hg, r, {o, m, l, ent, best, norm});
   };
   const int64_t pairs = sh.batch * sh.kv_heads, pair_rows = G * rows;
   if (pairs >= kDecodePairsPerThread * ctx.num_threads()) {

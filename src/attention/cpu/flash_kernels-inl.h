@@ -233,7 +233,8 @@ constexpr size_t kMaxSoftmaxRows = attention::cpu::kernels::kSoftmaxRowsPerCall;
 // With extras.scale ≠ 1 the tile holds raw scores and every score above is scale · s (the tile
 // maximum is scaled after it is found, P = 2^(s·scale·log2 e − m'·log2 e)); with extras.pb, P is
 // rounded to bf16 (nearest even: add 0x7FFF plus the lowest kept bit, keep the upper 16 bits) and
-// stored there, and S is left as it was.
+// stored there, and S is left as it was; with extras.lr as well (no statistics), the sums of P as
+// rounded are kept there as l's are.
 void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float* l, float* alpha,
                  const attention::cpu::kernels::SoftmaxExtras& extras) {
   const DF d;
@@ -310,6 +311,8 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
     // P = 2^(s·log2 e − round(m'·log2 e)): one FMA, then Exp2Softmax.
     const VF l2e = hn::Set(d, kLog2e * scale), vml = hn::Set(d, m_new[r] * kLog2e);
     bf16* pb_row = extras.pb ? extras.pb + r * extras.ldpb : nullptr;
+    float* lr_row = pb_row && extras.lr && !ent ? extras.lr + r * L : nullptr;
+    VF rsum = hn::Zero(d);  // Σ P as rounded, with lr_row
     // Stores P: fp32 into the tile, or rounded to bf16 into pb.
     auto store = [&](VF p, size_t at) {
       if (!pb_row) return hn::StoreU(p, d, row + at);
@@ -321,6 +324,7 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
       const auto upper = hn::ShiftRight<16>(hn::Add(bits, bump));
       const hn::Rebind<uint16_t, DI> d16;
       hn::StoreU(hn::DemoteTo(d16, upper), d16, reinterpret_cast<uint16_t*>(pb_row + at));
+      if (lr_row) rsum = hn::Add(rsum, hn::BitCast(d, hn::ShiftLeft<16>(upper)));
     };
     const bool none = m_new[r] == ninf;  // no allowed key yet: P = 0 (exp(−inf − −inf) is NaN)
     VF sum0 = hn::Zero(d), sum1 = sum0;
@@ -362,6 +366,7 @@ void SoftmaxRows(float* s, size_t rows, size_t cols, size_t lds, float* m, float
     }
     float* lr = l + r * L;
     hn::StoreU(hn::MulAdd(hn::Set(d, a[r]), hn::LoadU(d, lr), hn::Add(sum0, sum1)), d, lr);
+    if (lr_row) hn::StoreU(hn::MulAdd(hn::Set(d, a[r]), hn::LoadU(d, lr_row), rsum), d, lr_row);
   }
 }
 

@@ -83,6 +83,7 @@ void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m, floa
     if (part.ent) part.ent += r;
     if (part.argmax) part.argmax += r;
     if (part.pb) part.pb += r * part.ldpb;
+    if (part.lr) part.lr += r * lanes;
     HWY_DYNAMIC_DISPATCH(SoftmaxRows)
     (s + r * lds, std::min(kSoftmaxRowsPerCall, rows - r), cols, lds, m + r, l + r * lanes,
      alpha + r, part);

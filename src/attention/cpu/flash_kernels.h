@@ -54,6 +54,9 @@ struct SoftmaxExtras {
   // into S as fp32.
   bf16* pb = nullptr;
   size_t ldpb = 0;
+  // With pb and no statistics: the running sums of P as rounded, [rows, lanes] laid out as l
+  // (native::softmax_rows's lr: the output is then divided by what P·V weighed).
+  float* lr = nullptr;
 };
 
 // Rows one softmax loop takes at a time (its per-row arrays live on the stack): softmax_rows and

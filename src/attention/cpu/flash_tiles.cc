@@ -40,7 +40,8 @@ Scratch carve(float* base, const Plan& plan) {
   s.o = s.s + plan.s_floats;
   s.m = s.o + plan.o_floats;
   s.l = s.m + plan.row_floats;
-  s.alpha = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
+  s.lr = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
+  s.alpha = s.lr + plan.row_floats * static_cast<size_t>(plan.lanes);
   s.ent = s.alpha + plan.row_floats;
   s.best = reinterpret_cast<int64_t*>(s.ent + plan.row_floats);  // row_floats is a multiple of 16
   s.argcol = reinterpret_cast<int32_t*>(s.best + plan.row_floats);
@@ -472,7 +473,10 @@ Plan make_plan(const AttentionParams& p) {
   plan.s_floats = gr * bc;  // one head's tile, or (keys in place) the whole group's
   plan.o_floats = gr * static_cast<size_t>(plan.dv_pad);
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
-
+  // Where P is rounded to bf16 for P·V (packed tiles, decode's vdpbf16ps loops); not on AMX,
+  // where amx::qk_exp_tile forms the sums of P unrounded in its own pass.
+  plan.rounded_sums =
+      plan.bf16 && (!plan.in_place_bf16 || plan.native_decode) && !plan.amx && !plan.amx_decode;
   return plan;
 }
 

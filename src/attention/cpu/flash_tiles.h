@@ -137,6 +137,9 @@ struct Plan {
   bool amx = false;  // bf16 products on AMX tiles: br a multiple of 16, bc_pad of 32, pairs of 16
   // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
   bool native_softmax = false;
+  // The softmax keeps the sums of P as rounded to bf16 (Scratch::lr) beside l, and the output is
+  // divided by them (l gives the log-sum-exp): bf16 tiles off AMX, P rounded in the softmax.
+  bool rounded_sums = false;
   int64_t pairs = 0;  // bf16: head-dim pairs, ⌈D / 2⌉ (AMX: padded to a multiple of 16)
   // bf16 packed blocks (not decode in place): the packed Kᵀ's and V's leading dims in words and
   // pb's in bf16 elements: bc_pad, dv_pad and bc_pad, a cache line more on AMX (make_plan).
@@ -151,8 +154,8 @@ struct Plan {
   size_t q_floats, s_floats, o_floats, row_floats;
   size_t pb_floats = 0;  // bf16: the rounded probabilities of one head's tile
   size_t total() const {
-    // q, s, o; m, alpha, ent; l (lanes per row); best (int64) and argcol (int32); pb
-    return q_floats + s_floats + o_floats + row_floats * (6 + static_cast<size_t>(lanes)) +
+    // q, s, o; m, alpha, ent; l and lr (lanes per row); best (int64) and argcol (int32); pb
+    return q_floats + s_floats + o_floats + row_floats * (6 + 2 * static_cast<size_t>(lanes)) +
            pb_floats;
   }
 };
@@ -163,6 +166,7 @@ struct Scratch {
   float* o;      // [group, br, dv_pad] unnormalised outputs
   float* m;      // [group·br] running maxima
   float* l;      // [group·br, lanes] running sums, per lane
+  float* lr;     // [group·br, lanes] running sums of P as rounded to bf16 (plan.rounded_sums)
   float* alpha;  // [group·br] rescale factors of the current tile
   // Statistics (when asked for):
   float* ent;       // [group·br] Σ p̃ (s − m), see softmax_rows
