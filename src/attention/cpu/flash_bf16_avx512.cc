@@ -294,12 +294,6 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     _mm512_storeu_ps(l + r * 16, _mm512_set1_ps(qnan));
     if (lr) _mm512_storeu_ps(lr + r * 16, _mm512_set1_ps(qnan));
   };
-  // The sums of P as rounded (lr): each pair word of P times the pair (1, 1), lane i adding the
-  // rounded probabilities 2i and 2i + 1 of the 32 (their products by 1 are exact).
-  const __m512bh ones = (__m512bh)_mm512_set1_epi32(0x3F803F80);
-  struct Sums {
-    __m512 exact, rounded;
-  };
   for (size_t r = 0; r < rows; ++r) {
     const float* row = s + r * lds;
     float mn = m_new[r];
@@ -319,8 +313,7 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       if (nan) nan_row(r);
       continue;
     }
-    // The row's P against the reference mn, written to `out`; returns the sums per lane, of P
-    // and (with lr) of P as rounded.
+    // The row's P against the reference mn, written to `out`; returns the sums per lane.
     auto pass = [&](float mref) HEADLIGHT_BF16_TARGET {
       const __m512 vml = _mm512_set1_ps(mref * kLog2e);
       auto p_full = [&](size_t c) HEADLIGHT_BF16_TARGET {  // a vector before the limit
@@ -332,41 +325,31 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
       };
       // Two running sums: each 32 keys' pair of vectors added, then into the sum of its half of
       // each 64 (amx::qk_exp_tile adds its blocks of 32 keys in the same order).
-      __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0, rsum0 = sum0, rsum1 = sum0;
+      __m512 sum0 = _mm512_setzero_ps(), sum1 = sum0;
       size_t c = 0;
       auto step64 = [&](size_t c, auto p) HEADLIGHT_BF16_TARGET {
         const __m512 p0 = p(c), p1 = p(c + 16), p2 = p(c + 32), p3 = p(c + 48);
         sum0 = _mm512_add_ps(sum0, _mm512_add_ps(p0, p1));
         sum1 = _mm512_add_ps(sum1, _mm512_add_ps(p2, p3));
-        const __m512bh w01 = _mm512_cvtne2ps_pbh(p1, p0), w23 = _mm512_cvtne2ps_pbh(p3, p2);
-        _mm512_storeu_si512(out + 2 * c, (__m512i)w01);
-        _mm512_storeu_si512(out + 2 * c + 64, (__m512i)w23);
-        if (lr) {  // two chains, as the sums'
-          rsum0 = _mm512_dpbf16_ps(rsum0, w01, ones);
-          rsum1 = _mm512_dpbf16_ps(rsum1, w23, ones);
-        }
+        _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
+        _mm512_storeu_si512(out + 2 * c + 64, (__m512i)_mm512_cvtne2ps_pbh(p3, p2));
       };
       for (; c + 64 <= lim; c += 64) step64(c, p_full);  // wholly before the limit
       for (; c + 64 <= cols; c += 64) step64(c, p_at);
       for (; c + 32 <= cols; c += 32) {
         const __m512 p0 = p_at(c), p1 = p_at(c + 16);
         sum0 = _mm512_add_ps(sum0, _mm512_add_ps(p0, p1));
-        const __m512bh w01 = _mm512_cvtne2ps_pbh(p1, p0);
-        _mm512_storeu_si512(out + 2 * c, (__m512i)w01);
-        if (lr) rsum0 = _mm512_dpbf16_ps(rsum0, w01, ones);
+        _mm512_storeu_si512(out + 2 * c, (__m512i)_mm512_cvtne2ps_pbh(p1, p0));
       }
       if (c < cols) {
         const __m512 p0 = p_at(c);
         sum1 = _mm512_add_ps(sum1, p0);
-        const __m256bh w0 = _mm512_cvtneps_pbh(p0);
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c), (__m256i)w0);
-        if (lr)
-          rsum1 = _mm512_dpbf16_ps(rsum1, (__m512bh)_mm512_zextsi256_si512((__m256i)w0), ones);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + 2 * c),
+                            (__m256i)_mm512_cvtneps_pbh(p0));
       }
-      return Sums{_mm512_add_ps(sum0, sum1), _mm512_add_ps(rsum0, rsum1)};
+      return _mm512_add_ps(sum0, sum1);
     };
-    Sums got = pass(mn);
-    __m512 sum = got.exact, rsum = got.rounded;
+    __m512 sum = pass(mn);
     // A NaN score makes its P NaN, and so the sums (as does an infinite score: ∞ − ∞). The row
     // is then NaN, as when pass A's maximum is: m, α and every lane of l (O follows through α).
     if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
@@ -383,17 +366,43 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
                                            _mm512_mul_ps(_mm512_set1_ps(mn), l2e)));
       m[r] = mn;
       alpha[r] = _mm512_cvtss_f32(al);
-      got = pass(mn);
-      sum = got.exact, rsum = got.rounded;
+      sum = pass(mn);
       if (_mm512_cmp_ps_mask(sum, sum, _CMP_UNORD_Q)) {
         nan_row(r);
         continue;
       }
     }
-    const __m512 al = _mm512_set1_ps(alpha[r]);
-    _mm512_storeu_ps(row_l, _mm512_fmadd_ps(al, _mm512_loadu_ps(row_l), sum));
-    if (lr) _mm512_storeu_ps(lr + r * 16, _mm512_fmadd_ps(al, _mm512_loadu_ps(lr + r * 16), rsum));
+    _mm512_storeu_ps(row_l, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(row_l), sum));
   }
+  if (!lr) return;
+  // D: the sums of P as rounded, from the rows just written: each pair word of P times the pair
+  // (1, 1) (lane i adds the rounded probabilities 2i and 2i + 1 of each 32; their products by 1
+  // are exact), rows independent of each other. A pass of its own: inside C the
+  // sums' latency at the end of every row had cost the GPT engine's shape (128 keys) a tenth.
+  // Rows without a key yet wrote zeros (α = 1: the sums stay); a NaN row's α is NaN.
+  const __m512bh ones = (__m512bh)_mm512_set1_epi32(0x3F803F80);
+  auto rounded_sum = [&](size_t r) HEADLIGHT_BF16_TARGET {
+    const auto* w = reinterpret_cast<const char*>(pb + r * ldpb);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+    size_t c = 0;
+    for (; c + 64 <= cols; c += 64) {
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + 2 * c), ones);
+      a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + 2 * c + 64), ones);
+    }
+    if (c + 32 <= cols) {
+      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + 2 * c), ones);
+      c += 32;
+    }
+    if (c < cols)
+      a1 = _mm512_dpbf16_ps(a1,
+                            (__m512bh)_mm512_zextsi256_si512(
+                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * c))),
+                            ones);
+    float* out = lr + r * 16;
+    _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(out),
+                                          _mm512_add_ps(a0, a1)));
+  };
+  for (size_t r = 0; r < rows; ++r) rounded_sum(r);
 }
 
 HEADLIGHT_BF16_TARGET bool commit_tile_sums(const float* sums, const float* m_new, size_t rows,

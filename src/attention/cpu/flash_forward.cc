@@ -471,8 +471,9 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
       // The native bf16 forward: 1 / l and the log-sum-exp of every row in one vector pass (logf
       // per row had been 5% of the forward at the GPT engine's shape).
       kernels::finish_rows(w.m + hg * plan.br, inv, static_cast<size_t>(rows), inv,
-                           p.lse + (b * p.shape.heads + h) * p.shape.len_q + i0);
-    } else
+                           p.lse + (b * p.shape.heads + h) * p.shape.len_q + i0,
+                           rounded ? norm : nullptr);
+    } else {
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t k = hg * plan.br + r;
         const RowResult row{o + r * plan.dv_pad,    w.m[k], inv[r], stats ? w.ent[k] : 0.0f,
@@ -484,9 +485,10 @@ void run_item(const AttentionParams& p, const Plan& plan, const Scratch& w, cons
         inv[r] = row.l > 0 ? 1.0f / row.l : 0.0f;
         write_row_stats(p, b, h, i0 + r, row, inv[r]);
       }
-    if (rounded)  // 1 / the sum of P as rounded (rows with l = 0 or NaN keep their 0 or NaN)
-      for (int64_t r = 0; r < rows; ++r)
-        if (inv[r] > 0) inv[r] = 1.0f / norm[r];
+      if (rounded)  // 1 / the sum of P as rounded (rows with l = 0 or NaN keep their 0 or NaN)
+        for (int64_t r = 0; r < rows; ++r)
+          if (inv[r] > 0) inv[r] = 1.0f / norm[r];
+    }
     const auto n = static_cast<size_t>(rows), width = static_cast<size_t>(Dv);
     const auto ldo = static_cast<size_t>(plan.dv_pad), ldd = static_cast<size_t>(p.out.row_stride);
     if (!bf16_out)

@@ -513,31 +513,34 @@ void SoftmaxGradTile(const float* p, float* dp, size_t rows, size_t cols, size_t
 
 // inv[r] = 1 / l[r] (0 where l ≤ 0, as the scalar division gives it), and lse[r] = m[r] + log l[r]
 // by Highway's vector logarithm (within a few ulp of logf; −inf where l = 0, NaN where l is NaN).
-void FinishRows(const float* m, const float* l, size_t n, float* inv, float* lse) {
+void FinishRows(const float* m, const float* l, size_t n, float* inv, float* lse,
+                const float* norm) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const VF zero = hn::Zero(d), one = hn::Set(d, 1.0f);
   const VF ninf = hn::Set(d, -std::numeric_limits<float>::infinity());
   size_t r = 0;
-  auto one_vector = [&](VF vm, VF vl, auto store) {
+  auto one_vector = [&](VF vm, VF vl, VF vn, auto store) {
     const auto pos = hn::Gt(vl, zero);
     // The logarithm of 1 where l is not positive (its lanes are replaced below).
     const VF log = hn::Log(d, hn::IfThenElse(pos, vl, one));
     const VF nan_or_ninf = hn::IfThenElse(hn::IsNaN(vl), vl, ninf);
-    store(hn::IfThenElseZero(pos, hn::Div(one, vl)),
+    store(hn::IfThenElseZero(pos, hn::Div(one, vn)),
           hn::IfThenElse(pos, hn::Add(vm, log), nan_or_ninf));
   };
+  const float* by = norm ? norm : l;
   for (; r + L <= n; r += L)
-    one_vector(hn::LoadU(d, m + r), hn::LoadU(d, l + r), [&](VF vi, VF vs) {
+    one_vector(hn::LoadU(d, m + r), hn::LoadU(d, l + r), hn::LoadU(d, by + r), [&](VF vi, VF vs) {
       hn::StoreU(vi, d, inv + r);
       hn::StoreU(vs, d, lse + r);
     });
   if (r < n) {
     HWY_ALIGN float bm[hn::MaxLanes(DF())] = {}, bl[hn::MaxLanes(DF())] = {},
-                    bi[hn::MaxLanes(DF())], bs[hn::MaxLanes(DF())];
+                    bn[hn::MaxLanes(DF())] = {}, bi[hn::MaxLanes(DF())], bs[hn::MaxLanes(DF())];
     std::copy(m + r, m + n, bm);
     std::copy(l + r, l + n, bl);
-    one_vector(hn::Load(d, bm), hn::Load(d, bl), [&](VF vi, VF vs) {
+    std::copy(by + r, by + n, bn);
+    one_vector(hn::Load(d, bm), hn::Load(d, bl), hn::Load(d, bn), [&](VF vi, VF vs) {
       hn::Store(vi, d, bi);
       hn::Store(vs, d, bs);
     });

@@ -113,8 +113,9 @@ void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds) {
   HWY_DYNAMIC_DISPATCH(MulTile)(a, b, rows, cols, lds);
 }
 
-void finish_rows(const float* m, const float* l, size_t n, float* inv, float* lse) {
-  HWY_DYNAMIC_DISPATCH(FinishRows)(m, l, n, inv, lse);
+void finish_rows(const float* m, const float* l, size_t n, float* inv, float* lse,
+                 const float* norm) {
+  HWY_DYNAMIC_DISPATCH(FinishRows)(m, l, n, inv, lse, norm);
 }
 
 void dot_rows(const float* a32, const bf16* a16, size_t lda, const float* b32, const bf16* b16,

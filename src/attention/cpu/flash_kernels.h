@@ -81,8 +81,10 @@ void softmax_grad_tile(const float* p, float* dp, size_t rows, size_t cols, size
 void mul_tile(float* a, const float* b, size_t rows, size_t cols, size_t lds);
 // inv[r] = 1 / l[r] (0 where l ≤ 0: the scalar division's bits) and lse[r] = m[r] + log l[r] by a
 // vector logarithm (within a few ulp of logf; −inf where l = 0, NaN where l is NaN): the bf16
-// forward's rows finished in one pass (the float32 forward keeps logf's bits).
-void finish_rows(const float* m, const float* l, size_t n, float* inv, float* lse);
+// forward's rows finished in one pass (the float32 forward keeps logf's bits). With norm, inv[r]
+// = 1 / norm[r] where l[r] > 0 (the sums of P as rounded, Plan::rounded_sums).
+void finish_rows(const float* m, const float* l, size_t n, float* inv, float* lse,
+                 const float* norm = nullptr);
 // out[r] = Σ_x a[r, x] · b[r, x], x < width: each operand's rows fp32 (a32, b32) or bf16 (a16,
 // b16: the one that is not null), widened exactly; one running sum per vector lane (fused
 // multiply-adds), the lanes added at the end.

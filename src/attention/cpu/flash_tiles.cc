@@ -40,12 +40,13 @@ Scratch carve(float* base, const Plan& plan) {
   s.o = s.s + plan.s_floats;
   s.m = s.o + plan.o_floats;
   s.l = s.m + plan.row_floats;
-  s.lr = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
-  s.alpha = s.lr + plan.row_floats * static_cast<size_t>(plan.lanes);
+  s.alpha = s.l + plan.row_floats * static_cast<size_t>(plan.lanes);
   s.ent = s.alpha + plan.row_floats;
   s.best = reinterpret_cast<int64_t*>(s.ent + plan.row_floats);  // row_floats is a multiple of 16
   s.argcol = reinterpret_cast<int32_t*>(s.best + plan.row_floats);
-  s.pb = plan.pb_floats ? reinterpret_cast<bf16*>(s.argcol + plan.row_floats) : nullptr;
+  float* rest = reinterpret_cast<float*>(s.argcol + plan.row_floats);
+  s.pb = plan.pb_floats ? reinterpret_cast<bf16*>(rest) : nullptr;
+  s.lr = rest + plan.pb_floats;  // last: the buffers before it lie where they did without it
   return s;
 }
 
