@@ -511,8 +511,9 @@ void SoftmaxGradTile(const float* p, float* dp, size_t rows, size_t cols, size_t
   }
 }
 
-// inv[r] = 1 / l[r] (0 where l ≤ 0, as the scalar division gives it), and lse[r] = m[r] + log l[r]
-// by Highway's vector logarithm (within a few ulp of logf; −inf where l = 0, NaN where l is NaN).
+// inv[r] = 1 / l[r], or 1 / norm[r] with norm (0 where l ≤ 0, as the scalar division gives it),
+// and lse[r] = m[r] + log l[r] by Highway's vector logarithm (within a few ulp of logf; −inf where
+// l = 0, NaN where l is NaN).
 void FinishRows(const float* m, const float* l, size_t n, float* inv, float* lse,
                 const float* norm) {
   const DF d;
