@@ -471,8 +471,11 @@ Plan make_plan(const AttentionParams& p) {
     plan.pb_floats += kernels::amx::kBlockedSpareWords;
     plan.q_floats = std::max(plan.q_floats, gr * D / 2);
   }
-  plan.s_floats = gr * bc;  // one head's tile, or (keys in place) the whole group's
-  plan.o_floats = gr * static_cast<size_t>(plan.dv_pad);
+  // One head's tile, or (keys in place) the whole group's; every buffer of the scratch starts on
+  // a 64-byte boundary (the int64 `best` had lain on a 4-byte one where lanes = 1 made dv_pad odd).
+  plan.s_floats = static_cast<size_t>(round_up(static_cast<int64_t>(gr * bc), 16));
+  plan.o_floats = static_cast<size_t>(
+      round_up(static_cast<int64_t>(gr * static_cast<size_t>(plan.dv_pad)), 16));
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
   // Where P is rounded to bf16 for P·V (packed tiles, decode's vdpbf16ps loops); not on AMX,
   // where amx::qk_exp_tile forms the sums of P unrounded in its own pass.
