@@ -269,7 +269,8 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
   if (!o_lazy) std::fill(w.o, w.o + G * plan.br * plan.dv_pad, 0.0f);
   std::fill(w.m, w.m + G * plan.br, kNegInf);
   std::fill(w.l, w.l + G * plan.br * plan.lanes, 0.0f);
-  if (rounded_sums(p, plan)) std::fill(w.lr, w.lr + G * plan.br * plan.lanes, 0.0f);
+  const bool rounded = rounded_sums(p, plan);
+  if (rounded) std::fill(w.lr, w.lr + G * plan.br * plan.lanes, 0.0f);
   const bool stats = wants_stats(p);
   if (stats) {
     std::fill(w.ent, w.ent + G * plan.br, 0.0f);
@@ -344,20 +345,19 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
       float* m = w.m + hg * plan.br;
       float* l = w.l + hg * plan.br * plan.lanes;
       if (plan.native_softmax && round_in_softmax && !stats)
-        kernels::native::softmax_rows(
-            w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
-            static_cast<size_t>(plan.bc_pad), m, l, w.alpha, raw_scores ? effective_scale(p) : 1.0f,
-            w.pb, static_cast<size_t>(plan.ldpb), limits ? w.argcol : nullptr,
-            rounded_sums(p, plan) ? w.lr + hg * plan.br * plan.lanes : nullptr);
+        kernels::native::softmax_rows(w.s, static_cast<size_t>(rows), static_cast<size_t>(cols_pad),
+                                      static_cast<size_t>(plan.bc_pad), m, l, w.alpha,
+                                      raw_scores ? effective_scale(p) : 1.0f, w.pb,
+                                      static_cast<size_t>(plan.ldpb), limits ? w.argcol : nullptr,
+                                      rounded ? w.lr + hg * plan.br * plan.lanes : nullptr);
       else
-        kernels::softmax_rows(
-            w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
-            {.ent = stats ? w.ent + hg * plan.br : nullptr,
-             .argmax = stats ? w.argcol : nullptr,
-             .scale = raw_scores ? effective_scale(p) : 1.0f,
-             .pb = round_in_softmax ? w.pb : nullptr,
-             .ldpb = static_cast<size_t>(plan.ldpb),
-             .lr = rounded_sums(p, plan) ? w.lr + hg * plan.br * plan.lanes : nullptr});
+        kernels::softmax_rows(w.s, rows, cols_pad, plan.bc_pad, m, l, w.alpha,
+                              {.ent = stats ? w.ent + hg * plan.br : nullptr,
+                               .argmax = stats ? w.argcol : nullptr,
+                               .scale = raw_scores ? effective_scale(p) : 1.0f,
+                               .pb = round_in_softmax ? w.pb : nullptr,
+                               .ldpb = static_cast<size_t>(plan.ldpb),
+                               .lr = rounded ? w.lr + hg * plan.br * plan.lanes : nullptr});
       if (stats)
         for (int64_t r = 0; r < rows; ++r)
           if (w.argcol[r] >= 0) w.best[hg * plan.br + r] = j0 + w.argcol[r];
