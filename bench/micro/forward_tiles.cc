@@ -7,11 +7,13 @@
 // fast as this).
 //
 //   Qk/D       S[128, 256] = Q · Kᵀ for each key block: 2 × 2 blocks of tiles, scores into L2
-//   Softmax    the online softmax of S into P (bf16) with every row's reference maximum set
+//   Softmax    the online softmax of S into P (bf16) and the sums of P as rounded, with every
+//              row's reference maximum set
 //   Pv/D       O[128, D] += P · V for each key block
 //   Chain/D    the three in a row for each key block, as the forward runs an item's first block
 //              (and tiles with masks)
-//   QkExp/D    the scores and their exponentials in one pass (amx::qk_exp_tile), the sums added
+//   QkExp/D    the scores and their exponentials in one pass (amx::qk_exp_tile), the sums (and
+//              those of P as rounded) added
 //   FusedChain/D  QkExp then PV, as the forward runs the whole tiles without masks after an
 //              item's first
 //
@@ -62,6 +64,7 @@ struct Item {
         o(kRows * d),
         m(2 * kRows),  // the maxima, then qk_exp_tile's new ones
         l(kRows * 16),
+        lr(kRows * 16),
         alpha(kRows) {
     for (size_t i = 0; i < kRows * pairs; ++i)
       q.data[i] = 0x3c003c00u ^ ((i * 2654435761u) & 0x7f007fu);
@@ -72,6 +75,7 @@ struct Item {
     std::fill(o.data, o.data + kRows * d, 0.0f);
     std::fill(m.data, m.data + kRows, 0.0f);  // every row has its reference maximum
     std::fill(l.data, l.data + kRows * 16, 0.0f);
+    std::fill(lr.data, lr.data + kRows * 16, 0.0f);
     std::fill(alpha.data, alpha.data + kRows, 1.0f);
   }
   const uint32_t* k_block(size_t b) const { return kt.data + b * pairs * kKtWords; }
@@ -82,13 +86,13 @@ struct Item {
   }
   void softmax() {
     kernels::native::softmax_rows(s.data, kRows, kKeys, kKeys, m.data, l.data, alpha.data, 0.125f,
-                                  pb.data, kLdp);
+                                  pb.data, kLdp, nullptr, lr.data);
   }
   void qk_exp(size_t b) {
     kernels::amx::qk_exp_tile(q.data, pairs, kRows, k_block(b), kKtWords, pairs, kKeys, 0.125f,
                               m.data, m.data + kRows, pb.data, kLdp, s.data);
     if (!kernels::native::commit_tile_sums(s.data, m.data + kRows, kRows, m.data, l.data,
-                                           alpha.data))
+                                           alpha.data, pb.data, kLdp, kKeys, lr.data))
       std::abort();
   }
   void pv(size_t b) {
@@ -99,7 +103,7 @@ struct Item {
   Buffer<uint32_t> q, kt, v;
   Buffer<float> s;
   Buffer<bf16> pb;
-  Buffer<float> o, m, l, alpha;
+  Buffer<float> o, m, l, lr, alpha;
 };
 
 enum class Phase { qk, softmax, pv, chain, qk_exp, fused_chain };

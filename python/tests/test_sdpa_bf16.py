@@ -106,13 +106,12 @@ def test_bf16_error_is_at_most_twice_a_plain_bf16_implementation(ls, dim, mask_k
         RATIOS.append(ours / theirs)
     assert ours <= 2 * theirs, (ours, theirs)
     # PyTorch's bf16 SDPA: within twice its error too (where it is exact, a row of one key, so is
-    # ours). Off AMX headlight divides by the sum of P as rounded; dividing by the unrounded sum
-    # had put 12 of these cases past 2× (up to 2.4×). On AMX the sums are unrounded (design.md).
+    # ours). headlight divides by the sum of P as rounded; dividing by the unrounded sum had put
+    # 12 of these cases past 2× (up to 2.4×).
     torch_err = err(torch_bf16_sdpa(q, k, v, mask, causal, scale, gqa), ref)
     if torch_err > 0:
         TORCH_RATIOS.append(ours / torch_err)
-    if headlight.cpu_info()["bf16_engine"] != "amx":
-        assert ours <= 2 * torch_err, (ours, torch_err)  # (0 where torch's is)
+    assert ours <= 2 * torch_err, (ours, torch_err)  # (0 where torch's is)
 
 
 def test_bf16_output_rounds_the_fp32_kernel_and_matches_the_reference_kernel():
@@ -126,8 +125,7 @@ def test_bf16_output_rounds_the_fp32_kernel_and_matches_the_reference_kernel():
     assert np.all(np.abs(ref.astype(np.float64) - exact_out) <= np.abs(exact_out) * 2.0**-8 + 1e-30)
     # The fused kernel rounds its probabilities to bf16 too. Divided by their sum as rounded, the
     # weights still sum to 1: the output moves by Σ w ε (v − o) / (1 + Σ w ε) with |ε| ≤ 2⁻⁹,
-    # within 2⁻⁹ / (1 − 2⁻⁹) of the values' range (on AMX, divided by the unrounded sum: within
-    # 2⁻⁹·max|v|, less than that where v takes both signs, as here).
+    # within 2⁻⁹ / (1 − 2⁻⁹) of the values' range.
     vs = v.astype(np.float64)
     bound = np.abs(exact_out) * 2.0**-8 + 2.0**-9 / (1 - 2.0**-9) * float(vs.max() - vs.min())
     assert np.all(np.abs(fused.astype(np.float64) - exact_out) <= bound + 1e-6)
@@ -212,8 +210,8 @@ def test_bf16_gradients_are_within_three_times_a_plain_bf16_implementation(ls, d
         # (Where the plain implementation is exact — one key: dQ and dK are 0 — ours differs by
         # fp32 summation order, D = dO·O against dP = dO·Vᵀ: allowed up to 1e-5 of O(1) gradients.)
         assert e_ours <= 3 * e_theirs or e_ours <= 1e-5, (name, e_ours, e_theirs)
-        if headlight.cpu_info()["bf16_engine"] != "amx":  # and 3× PyTorch's bf16 SDPA's
-            assert e_ours <= 3 * e_torch or e_ours <= 1e-5, (name, e_ours, e_torch)
+        # and 3× PyTorch's bf16 SDPA's
+        assert e_ours <= 3 * e_torch or e_ours <= 1e-5, (name, e_ours, e_torch)
 
 
 def teardown_module():

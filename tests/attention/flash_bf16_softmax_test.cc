@@ -92,13 +92,13 @@ TEST(FlashBf16, ScoresFarAboveARowsFirstMaximum) {
 }
 
 TEST(FlashBf16, WeightsSumToOneWherePIsRounded) {
-  // P is rounded to bf16 for P·V; off AMX the output is divided by the sum of P as rounded
+  // P is rounded to bf16 for P·V; the output is divided by the sum of P as rounded
   // (Plan::rounded_sums), so the weights it applies sum to 1: where every key's value row is the
   // same u, the output is u to fp32 rounding (and a bf16 output u's bits). Divided by the
   // unrounded sum it would be u times Σ rounded P / Σ P, off by up to 2⁻⁹ (about 10⁻³ here).
   // Packed tiles (causal and not, 300 keys past a tile of 256; Dv = 40, rows written one by one
   // on the portable paths), and decode's loops (4 query heads over 1, one row; a blocked cache
-  // and rows) on every path; on AMX (amx::qk_exp_tile's unrounded sums) the looser bound.
+  // and rows) on every path, AMX's one-pass tiles (amx::qk_exp_tile, commit_tile_sums) too.
   struct Case {
     AttentionShape shape;
     bool causal, blocked;
@@ -121,8 +121,6 @@ TEST(FlashBf16, WeightsSumToOneWherePIsRounded) {
       for (int64_t j = 0; j < s.kv_heads * s.len_kv; ++j)
         for (int64_t e = 0; e < s.value_dim; ++e)
           x.v[static_cast<size_t>(j * s.value_dim + e)] = to_bf16(u[static_cast<size_t>(e)]);
-      const bool amx = amx_available() && amx_allowed();
-      const double tol = amx ? 0.00390625 : 1e-6;  // 2⁻⁸ of |u| ≤ 1 on AMX
       cpu::flash_forward(ctx, x.params({.causal = c.causal}, false, c.blocked));
       cpu::flash_forward(ctx, x.params({.causal = c.causal}, true, c.blocked));
       double worst = 0;
@@ -132,8 +130,8 @@ TEST(FlashBf16, WeightsSumToOneWherePIsRounded) {
         worst = std::max(worst, std::fabs(double(x.f.out[i]) - want));
         off += to_float(x.out[i]) != want;
       }
-      EXPECT_LE(worst, tol);
-      if (!amx) EXPECT_EQ(off, 0u) << "bf16 outputs other than u";
+      EXPECT_LE(worst, 1e-6);
+      EXPECT_EQ(off, 0u) << "bf16 outputs other than u";
     });
 }
 

@@ -82,11 +82,12 @@ constexpr float kLazyBound = 65536.0f;
 // that amx::qk_exp_tile can take it from the block it has just computed.
 constexpr size_t kReferenceKeys = 32;
 // After amx::qk_exp_tile: when every row r < rows has a sum (sums [rows, 16]) with no NaN and no
-// lane past kLazyBound, l[r] += it, m[r] = m_new[r] and α[r] = 1, exactly as softmax_rows would
-// leave them, and returns true; else changes nothing and returns false (the tile then goes
-// through softmax_rows from its scores).
+// lane past kLazyBound, l[r] += it, m[r] = m_new[r] and α[r] = 1, and with lr the sums of the rows
+// of P as rounded (pb [rows, ldpb], cols a multiple of 16) added to lr[r], exactly as
+// softmax_rows would leave them, and returns true; else changes nothing and returns false (the
+// tile then goes through softmax_rows from its scores).
 bool commit_tile_sums(const float* sums, const float* m_new, size_t rows, float* m, float* l,
-                      float* alpha);
+                      float* alpha, const bf16* pb, size_t ldpb, size_t cols, float* lr);
 // x [rows, cols] fp32 (leading dim ldx) rounded to bf16 (vcvtneps2bf16: nearest even, denormals
 // to zero, as the products read them anyway) into row pairs dst [rows_pad / 2, ld] words: word
 // (i, c) = (x[2i, c], x[2i + 1, c]); rows past `rows` are zero; cols a multiple of 16.

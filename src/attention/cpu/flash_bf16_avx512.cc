@@ -12,7 +12,7 @@
 // softmax_rows is the online softmax of both bf16 engines (this one and AMX, flash_bf16_amx.cc):
 // per 16 scores a seven-instruction 2^t (vreduceps for the fraction, vscalefps for the power of
 // two), the running sums in fp32 and the probabilities rounded to bf16 by vcvtne2ps2bf16 into the
-// rows P·V reads; off AMX also the sums of those rounded probabilities (a vdpbf16ps of each 32
+// rows P·V reads; with lr also the sums of those rounded probabilities (a vdpbf16ps of each 32
 // by the pair (1, 1)), which the output is divided by. Its reference maximum is lazy
 // (flash_bf16.h): a pass over the scores for their maxima, 2.6 of 8.7 cycles per 16 scores on
 // Sapphire Rapids (the scores read from L2 twice), is spent only on rows that have none yet;
@@ -211,6 +211,32 @@ HEADLIGHT_BF16_TARGET inline __m512 RowMaxima(const __m512* v) {
   return _mm512_permutexvar_ps(kRows, z);
 }
 
+// out[16] = α · out + the per-lane sums of one row of P as rounded (cols bf16 values, a multiple
+// of 16): each pair word times the pair (1, 1) by vdpbf16ps (lane i adds the rounded
+// probabilities 2i and 2i + 1 of each 32; their products by 1 are exact), in two running sums.
+HEADLIGHT_BF16_TARGET inline void AddRoundedSums(const bf16* row, size_t cols, float alpha,
+                                                 float* out) {
+  const __m512bh ones = (__m512bh)_mm512_set1_epi32(0x3F803F80);
+  const auto* w = reinterpret_cast<const char*>(row);
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  size_t c = 0;
+  for (; c + 64 <= cols; c += 64) {
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + 2 * c), ones);
+    a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + 2 * c + 64), ones);
+  }
+  if (c + 32 <= cols) {
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + 2 * c), ones);
+    c += 32;
+  }
+  if (c < cols)
+    a1 = _mm512_dpbf16_ps(a1,
+                          (__m512bh)_mm512_zextsi256_si512(
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * c))),
+                          ones);
+  _mm512_storeu_ps(
+      out, _mm512_fmadd_ps(_mm512_set1_ps(alpha), _mm512_loadu_ps(out), _mm512_add_ps(a0, a1)));
+}
+
 HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size_t lds, float* m,
                                         float* l, float* alpha, float scale, bf16* pb, size_t ldpb,
                                         const int32_t* row_cols, float* lr) {
@@ -375,38 +401,16 @@ HEADLIGHT_BF16_TARGET void softmax_rows(float* s, size_t rows, size_t cols, size
     _mm512_storeu_ps(row_l, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(row_l), sum));
   }
   if (!lr) return;
-  // D: the sums of P as rounded, from the rows just written: each pair word of P times the pair
-  // (1, 1) (lane i adds the rounded probabilities 2i and 2i + 1 of each 32; their products by 1
-  // are exact), rows independent of each other. A pass of its own: inside C the
-  // sums' latency at the end of every row had cost the GPT engine's shape (128 keys) a tenth.
-  // Rows without a key yet wrote zeros (α = 1: the sums stay); a NaN row's α is NaN.
-  const __m512bh ones = (__m512bh)_mm512_set1_epi32(0x3F803F80);
-  auto rounded_sum = [&](size_t r) HEADLIGHT_BF16_TARGET {
-    const auto* w = reinterpret_cast<const char*>(pb + r * ldpb);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0;
-    size_t c = 0;
-    for (; c + 64 <= cols; c += 64) {
-      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + 2 * c), ones);
-      a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(w + 2 * c + 64), ones);
-    }
-    if (c + 32 <= cols) {
-      a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(w + 2 * c), ones);
-      c += 32;
-    }
-    if (c < cols)
-      a1 = _mm512_dpbf16_ps(a1,
-                            (__m512bh)_mm512_zextsi256_si512(
-                                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + 2 * c))),
-                            ones);
-    float* out = lr + r * 16;
-    _mm512_storeu_ps(out, _mm512_fmadd_ps(_mm512_set1_ps(alpha[r]), _mm512_loadu_ps(out),
-                                          _mm512_add_ps(a0, a1)));
-  };
-  for (size_t r = 0; r < rows; ++r) rounded_sum(r);
+  // D: the sums of P as rounded, from the rows just written (AddRoundedSums), rows independent of
+  // each other. A pass of its own: inside C the sums' latency at the end of every row had cost
+  // the GPT engine's shape (128 keys) a tenth. Rows without a key yet wrote zeros (α = 1: the
+  // sums stay); a NaN row's α is NaN.
+  for (size_t r = 0; r < rows; ++r) AddRoundedSums(pb + r * ldpb, cols, alpha[r], lr + r * 16);
 }
 
 HEADLIGHT_BF16_TARGET bool commit_tile_sums(const float* sums, const float* m_new, size_t rows,
-                                            float* m, float* l, float* alpha) {
+                                            float* m, float* l, float* alpha, const bf16* pb,
+                                            size_t ldpb, size_t cols, float* lr) {
   const __m512 bound = _mm512_set1_ps(kLazyBound);
   for (size_t r = 0; r < rows; ++r) {
     const __m512 sum = _mm512_loadu_ps(sums + r * 16);
@@ -419,6 +423,9 @@ HEADLIGHT_BF16_TARGET bool commit_tile_sums(const float* sums, const float* m_ne
     m[r] = m_new[r];
     alpha[r] = 1.0f;
   }
+  // softmax_rows's pass D (α = 1)
+  if (lr)
+    for (size_t r = 0; r < rows; ++r) AddRoundedSums(pb + r * ldpb, cols, 1.0f, lr + r * 16);
   return true;
 }
 
@@ -761,7 +768,8 @@ void lane_sums(const float*, size_t, float*) {
 void row_pairs(const float*, size_t, size_t, size_t, size_t, uint32_t*, size_t) {
   fail("row_pairs: no native bf16 path on this architecture");
 }
-bool commit_tile_sums(const float*, const float*, size_t, float*, float*, float*) {
+bool commit_tile_sums(const float*, const float*, size_t, float*, float*, float*, const bf16*,
+                      size_t, size_t, float*) {
   fail("commit_tile_sums: no native bf16 path on this architecture");
 }
 void scale_round_rows(const float*, size_t, size_t, size_t, const float*, bf16*, size_t) {

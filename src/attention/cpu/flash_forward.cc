@@ -328,9 +328,10 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
             reinterpret_cast<const uint32_t*>(kt), static_cast<size_t>(plan.kt_words),
             static_cast<size_t>(plan.pairs), static_cast<size_t>(cols), effective_scale(p),
             w.m + hg * plan.br, m_new, w.pb, static_cast<size_t>(plan.ldpb), sums);
-        if (kernels::native::commit_tile_sums(sums, m_new, static_cast<size_t>(rows),
-                                              w.m + hg * plan.br, w.l + hg * plan.br * plan.lanes,
-                                              w.alpha)) {
+        if (kernels::native::commit_tile_sums(
+                sums, m_new, static_cast<size_t>(rows), w.m + hg * plan.br,
+                w.l + hg * plan.br * plan.lanes, w.alpha, w.pb, static_cast<size_t>(plan.ldpb),
+                static_cast<size_t>(cols), rounded ? w.lr + hg * plan.br * plan.lanes : nullptr)) {
           pv_tile_bf16(plan, w, nullptr, rows, cols, kt, o_hg, w.alpha, first_row_columns(p, tile),
                        fresh);
           continue;

@@ -477,10 +477,9 @@ Plan make_plan(const AttentionParams& p) {
   plan.o_floats = static_cast<size_t>(
       round_up(static_cast<int64_t>(gr * static_cast<size_t>(plan.dv_pad)), 16));
   plan.row_floats = round_up(static_cast<int64_t>(G * br), 16);
-  // Where P is rounded to bf16 for P·V (packed tiles, decode's vdpbf16ps loops); not on AMX,
-  // where amx::qk_exp_tile forms the sums of P unrounded in its own pass.
-  plan.rounded_sums =
-      plan.bf16 && (!plan.in_place_bf16 || plan.native_decode) && !plan.amx && !plan.amx_decode;
+  // Where P is rounded to bf16 for P·V: packed tiles and decode's loops, on vdpbf16ps or AMX
+  // (both take the sums from the rounded rows of P: softmax_rows's pass D, commit_tile_sums).
+  plan.rounded_sums = plan.bf16 && (!plan.in_place_bf16 || plan.native_decode);
   return plan;
 }
 

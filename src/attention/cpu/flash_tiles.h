@@ -138,7 +138,7 @@ struct Plan {
   // bf16 tiles whose softmax runs as native::softmax_rows (AVX-512 BF16; both engines).
   bool native_softmax = false;
   // The softmax keeps the sums of P as rounded to bf16 (Scratch::lr) beside l, and the output is
-  // divided by them (l gives the log-sum-exp): bf16 tiles off AMX, P rounded in the softmax.
+  // divided by them (l gives the log-sum-exp): bf16 tiles and decode, P rounded in the softmax.
   bool rounded_sums = false;
   int64_t pairs = 0;  // bf16: head-dim pairs, ⌈D / 2⌉ (AMX: padded to a multiple of 16)
   // bf16 packed blocks (not decode in place): the packed Kᵀ's and V's leading dims in words and
