@@ -19,7 +19,6 @@
 #include "headlight/attention/dispatch.h"
 #include "headlight/attention/reference.h"
 #include "headlight/core/bf16.h"
-#include "headlight/core/cpu_info.h"
 
 namespace headlight::attention {
 namespace {
