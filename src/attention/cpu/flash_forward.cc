@@ -380,14 +380,14 @@ void accumulate_item(const AttentionParams& p, const Plan& plan, const Scratch& 
 // The running sums of rows [0, rows) of head hg (l, or lr: per-lane sums laid out as w.l) into
 // out: each row's lanes added in a fixed order (lane 0 first), eight rows side by side so that
 // their chains of dependent additions overlap (one row at a time, the chain's latency had been a
-// tenth of the forward at D = 32); where the vdpbf16ps engine keeps both l and lr, eight rows in
-// one vector pass, in SumEight's order.
+// tenth of the forward at D = 32); where the native bf16 softmax (vdpbf16ps or AMX) keeps both l
+// and lr, eight rows in one vector pass, in SumEight's order.
 void row_sums(const Plan& plan, const float* l, int64_t hg, int64_t rows, float* out) {
   constexpr int64_t kSide = 8;
   const int64_t nl = plan.lanes;
   const float* lanes = l + hg * plan.br * nl;
   if (plan.rounded_sums && plan.lanes == 16 && kernels::bf16_native()) {
-    // vdpbf16ps's tiles: both sums in vector passes
+    // the native bf16 tiles: both sums in vector passes
     kernels::native::lane_sums(lanes, static_cast<size_t>(rows), out);
     return;
   }
